@@ -1,0 +1,26 @@
+"""staticgrad: define-and-run automatic differentiation for numpy.
+
+Describe a computation once over placeholders and parameters, get its gradients as more graph with
+``grad``, and ``compile`` forward, backward and parameter updates into one callable.
+"""
+from . import ops
+from .autodiff import grad
+from .compiler import compile
+from .executor import ExecutionError, Function, Report
+from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p, log_softmax, logsumexp, matmul,
+                  max, maximum, mean, min, minimum, mul, neg, pow, relu, reshape, sigmoid, sin, softmax,
+                  softmax_cross_entropy, softplus, sqrt, square, stack, stop_gradient, sub, sum, tanh,
+                  transpose, where)
+from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
+                     placeholder)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
+    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError",
+    "add", "sub", "mul", "div", "neg", "pow", "matmul", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos",
+    "tanh", "sigmoid", "relu", "abs", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max",
+    "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
+    "softmax_cross_entropy", "stop_gradient",
+]

@@ -1,0 +1,134 @@
+"""Reverse mode: ``grad`` builds the adjoint graph out of ordinary staticgrad ops.
+
+This is the only place that sums gradient contributions at forks and that reduces a broadcast gradient
+back to the shape of the input it belongs to.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from . import ops
+from .graph import to_digraph
+from .ops.registry import REGISTRY
+from .tensor import GradError, Tensor, building, format_shape, user_frame
+
+
+def sum_to_shape(g: Tensor, x: Tensor) -> Tensor:
+    """Undo broadcasting: sum ``g`` over the axes along which ``x`` was stretched to ``g``'s shape.
+
+    Decided on static shapes, as PyTensor does: an unknown size is taken as not stretched.
+    """
+    extra = g.ndim - x.ndim
+    lead = tuple(range(extra))
+    if lead:
+        g = ops.sum(g, axis=lead)
+    stretched = tuple(a for a, (d, dg) in enumerate(zip(x.shape, g.shape)) if d == 1 and dg != 1)
+    if stretched:
+        g = ops.sum(g, axis=stretched, keepdims=True)
+    if g.dtype != x.dtype and x.dtype.kind in "fc":
+        g = ops.cast(g, x.dtype)
+    return g
+
+
+def _accumulate(parts):
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def _check_wrt(wrt, source):
+    for w in wrt:
+        if not isinstance(w, Tensor):
+            raise TypeError(f"grad: wrt must hold tensors, got {type(w).__name__} (at {source})")
+        if w.is_leaf and not w.requires_grad:
+            what = f"{w.op} {w.name!r}" if w.name else w.op
+            hint = " (create it with requires_grad=True)" if w.op == "placeholder" else ""
+            raise GradError(f"grad: {what} does not require grad{hint}, so it has no gradient (at {source})")
+        if w.dtype.kind not in "fc":
+            raise GradError(f"grad: {w!r} has integer dtype {w.dtype}; only floating tensors have gradients "
+                            f"(at {source})")
+
+
+def grad(y, wrt, grad_output=None):
+    """Gradients of ``y`` with respect to each tensor in ``wrt``, as tensors of the same graph.
+
+    ``y`` must be a scalar unless ``grad_output`` (the incoming gradient, shaped like ``y``) is given,
+    which makes this a vector-Jacobian product. A list in gives a list out; a single tensor in gives a
+    single tensor out. Tensors that ``y`` does not depend on get zeros of their shape.
+    """
+    source = user_frame()
+    single = isinstance(wrt, Tensor)
+    wrt = [wrt] if single else list(wrt)
+    if not isinstance(y, Tensor):
+        raise TypeError(f"grad: y must be a tensor, got {type(y).__name__} (at {source})")
+    _check_wrt(wrt, source)
+    if y.dtype.kind not in "fc":
+        raise GradError(f"grad: y has dtype {y.dtype}; only floating outputs can be differentiated (at {source})")
+
+    with building(role="backward"):
+        if grad_output is None:
+            if y.shape != ():
+                raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
+                                f"y (a vector-Jacobian product) or reduce it first (at {source})")
+            seed = ops.as_tensor(1.0, like=y.dtype)
+        else:
+            seed = ops.as_tensor(grad_output, like=y.dtype)
+            try:
+                ops.registry.broadcast_shapes(seed.shape, y.shape)
+            except ValueError:
+                raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
+                                f"shape {format_shape(y.shape)} (at {source})") from None
+            if seed.shape != y.shape:
+                seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
+        adjoint = _reverse_sweep(y, wrt, seed)
+        return _results(wrt, adjoint, single)
+
+
+def _cone(graph: nx.DiGraph, y_id, wrt_ids):
+    """Nodes on some path from a wrt tensor to y: the only ones whose adjoint matters."""
+    reach = set()
+    for w in wrt_ids:
+        if w in graph:
+            reach.add(w)
+            reach.update(nx.descendants(graph, w))
+    return reach
+
+
+def _reverse_sweep(y, wrt, seed):
+    graph = to_digraph([y])
+    cone = _cone(graph, y.id, [w.id for w in wrt])
+    contributions = {y.id: [seed]} if y.id in cone else {}
+    adjoint = {}
+    for node_id in reversed(list(nx.topological_sort(graph))):
+        parts = contributions.pop(node_id, None)
+        if parts is None:
+            continue
+        node = graph.nodes[node_id]["tensor"]
+        g = _accumulate(parts)
+        adjoint[node_id] = g
+        opdef = REGISTRY.get(node.op)
+        if node.is_leaf or opdef is None or opdef.vjp is None:
+            continue
+        needed = [x.id in cone for x in node.inputs]
+        if not any(needed):
+            continue
+        with building(adjoint_of=node, rule=node.op):
+            grads = opdef.vjp(g, node, *node.inputs, **node.attrs)
+            for x, gx, need in zip(node.inputs, grads, needed):
+                if gx is None or not need:
+                    continue
+                contributions.setdefault(x.id, []).append(sum_to_shape(ops.as_tensor(gx, like=x.dtype), x))
+    return adjoint
+
+
+def _results(wrt, adjoint, single):
+    out = []
+    for w in wrt:
+        g = adjoint.get(w.id)
+        if g is None:
+            # y does not depend on w: its gradient is zero (TF1 returns None here; zeros compose better).
+            g = ops.zeros_like(w)
+        out.append(g)
+    return out[0] if single else out
+

@@ -1,0 +1,22 @@
+"""The ``staticgrad`` command."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="staticgrad", description="define-and-run autodiff for numpy")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="train a 2-8-8-1 MLP on two moons and write its graph as DOT")
+    demo.add_argument("--out", default="staticgrad-demo", help="folder for the graph files")
+    demo.add_argument("--epochs", type=int, default=300)
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import run
+        run(out_dir=args.out, epochs=args.epochs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Turn a scheduled graph into straight-line Python source over numpy kernels.
+
+The generated ``run`` takes the feeds positionally, reads each parameter's current value once, computes
+every node in schedule order, drops each intermediate right after its last use, and returns the outputs
+and the new parameter values. It does no graph work: kernels, constants and attributes are pre-bound.
+"""
+from __future__ import annotations
+
+import keyword
+import re
+
+import numpy as np
+
+from .ops.registry import REGISTRY
+
+_LITERAL_TYPES = (bool, int, float, str, type(None))
+_RESERVED = re.compile(r"^[vca]\d+$|^[a-z_]+_\d+$")   # the shapes of generated names
+
+
+def _is_literal(value) -> bool:
+    if isinstance(value, _LITERAL_TYPES):
+        return not (isinstance(value, float) and not np.isfinite(value))
+    if isinstance(value, tuple):
+        return all(_is_literal(v) for v in value)
+    return False
+
+
+def _identifier(name, taken) -> str | None:
+    if not name:
+        return None
+    name = re.sub(r"\W", "_", name)
+    if not name.isidentifier() or keyword.iskeyword(name) or name in taken or _RESERVED.match(name):
+        return None
+    return name
+
+
+class Program:
+    """The generated source plus the namespace it runs in, and the line -> node map for error reports."""
+
+    def __init__(self, source, namespace, line_nodes, var_names):
+        self.source, self.namespace, self.line_nodes, self.var_names = source, namespace, line_nodes, var_names
+        code = compile(source, "<staticgrad>", "exec")
+        exec(code, namespace)
+        self.run = namespace["run"]
+
+
+def generate(graph, order, params, inputs) -> Program:
+    """Source for ``graph``'s nodes in ``order``; ``params`` and ``inputs`` are the leaf nodes in call order."""
+    namespace = {"np": np}
+    names, taken = {}, set(namespace) | {"run", "P"}
+    nodes = graph.nodes
+
+    def bind(prefix, value):
+        name = f"{prefix}{len(namespace)}"
+        namespace[name] = value
+        return name
+
+    arg_names = []
+    for k, i in enumerate(inputs):
+        name = _identifier(nodes[i].name, taken) or f"in{k}"
+        taken.add(name)
+        names[i] = name
+        arg_names.append(name)
+
+    lines = [f"def run({', '.join(arg_names)}):"]
+    line_nodes = {}
+    namespace["P"] = [nodes[i].tensor for i in params]
+    for k, i in enumerate(params):
+        name = _identifier("p_" + (nodes[i].name or str(k)), taken) or f"p{k}"
+        taken.add(name)
+        names[i] = name
+        lines.append(f"    {name} = P[{k}]._value{_comment(nodes[i])}")
+        line_nodes[len(lines)] = i
+
+    last_use = {}
+    for step, i in enumerate(order):
+        for j in nodes[i].inputs:
+            last_use[j] = step
+    keep = set(graph.outputs) | {e for _, e in graph.updates}
+
+    counter, temps = 0, set()
+    for step, i in enumerate(order):
+        node = nodes[i]
+        if node.op in ("placeholder", "parameter"):
+            continue
+        if node.op == "constant":
+            names[i] = bind("c", node.value)
+            continue
+        counter += 1
+        var = f"v{counter}"
+        temps.add(var)
+        names[i] = var
+        args = [names[j] for j in node.inputs]
+        kernel = bind(f"{node.op}_", REGISTRY[node.op].kernel)
+        for key, value in node.attrs.items():
+            args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={bind('a', value)}")
+        lines.append(f"    {var} = {kernel}({', '.join(args)}){_comment(node)}")
+        line_nodes[len(lines)] = i
+        dead = [names[j] for j in dict.fromkeys(node.inputs)
+                if last_use.get(j) == step and j not in keep and names[j] in temps]
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+
+    outs = ", ".join(_output_expr(nodes[o], names[o]) for o in graph.outputs)
+    ups = ", ".join(names[e] for _, e in graph.updates)
+    lines.append(f"    return [{outs}], [{ups}]")
+    return Program("\n".join(lines) + "\n", namespace, line_nodes, names)
+
+
+def _output_expr(node, name) -> str:
+    # Never hand the caller an array we hold on to (a constant, a parameter's value).
+    if node.op in ("constant", "parameter"):
+        return f"np.array({name})"
+    return name
+
+
+def _comment(node) -> str:
+    what = f"{node.op} {node.name}" if node.name else node.op
+    role = "" if node.role == "forward" else f" [{node.role}]"
+    return f"  # {what}{role} @ {node.source}"

@@ -1,0 +1,97 @@
+"""compile(): collect the graph, optimize it, schedule it and generate its executor."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import passes as passes_mod
+from .codegen import generate
+from .executor import Function
+from .graph import Graph
+from .ops.registry import as_tensor, broadcast_shapes
+from .tensor import ShapeError, StaticgradError, Tensor, format_shape, user_frame
+
+
+def _normalize_updates(updates, source):
+    if updates is None:
+        return []
+    pairs = list(updates.items()) if isinstance(updates, dict) else [tuple(u) for u in updates]
+    seen, out = set(), []
+    for pair in pairs:
+        if len(pair) != 2:
+            raise ValueError(f"compile: updates must be (parameter, expression) pairs (at {source})")
+        param, expr = pair
+        if not isinstance(param, Tensor) or param.op != "parameter":
+            raise TypeError(f"compile: only parameters can be updated, not {param!r} (at {source})")
+        if param.id in seen:
+            raise ValueError(f"compile: parameter {param.label()!r} is updated twice (at {source})")
+        seen.add(param.id)
+        expr = as_tensor(expr, like=param.dtype)
+        try:
+            shape = broadcast_shapes(expr.shape, param.shape)
+        except ShapeError:
+            shape = None
+        if shape != param.shape:
+            raise ShapeError(f"compile: update of parameter {param.label()!r} has shape {format_shape(expr.shape)}, "
+                             f"expected {format_shape(param.shape)} (at {source})")
+        if not np.can_cast(expr.dtype, param.dtype, "same_kind"):
+            raise TypeError(f"compile: update of parameter {param.label()!r} has dtype {expr.dtype}, "
+                            f"which cannot become {param.dtype} (at {source})")
+        out.append((param, expr))
+    return out
+
+
+def _placeholders(roots):
+    from .graph import ancestors
+    found = ancestors(roots)
+    return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
+
+
+def compile(outputs, inputs=None, updates=None, optimize=True, passes=None):
+    """Compile ``outputs`` (a tensor or a list) and ``updates`` into one callable.
+
+    ``inputs`` fixes the order of positional feeds (None: feed every placeholder by dict). ``updates``
+    are (parameter, expression) pairs or a dict; all are computed from the values before the call and
+    assigned after the outputs, only when the whole call succeeded. ``passes`` replaces the default
+    pipeline (pass functions or names); ``optimize=False`` runs none.
+    """
+    source = user_frame()
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"compile: outputs must be tensors, got {type(o).__name__} (at {source})")
+    pairs = _normalize_updates(updates, source)
+    needed = _placeholders(outs + [e for _, e in pairs])
+    if inputs is None:
+        inputs = needed
+    else:
+        inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        for x in inputs:
+            if not isinstance(x, Tensor) or x.op != "placeholder":
+                raise TypeError(f"compile: inputs must be placeholders, got {x!r} (at {source})")
+        if len({x.id for x in inputs}) != len(inputs):
+            raise ValueError(f"compile: a placeholder appears twice in inputs (at {source})")
+        given = {x.id for x in inputs}
+        missing = [x.label() for x in needed if x.id not in given]
+        if missing:
+            raise StaticgradError(f"compile: the outputs need placeholder(s) {', '.join(map(repr, missing))}, "
+                                  f"which are not in inputs (at {source})")
+
+    graph = Graph.from_tensors(outs, pairs, inputs)
+    graph.assign_roles()
+    rows = []
+    if optimize:
+        pipeline = passes_mod.DEFAULT if passes is None else passes
+        graph, rows = passes_mod.run_pipeline(graph, pipeline)
+        graph.assign_roles()
+    order = schedule(graph)
+    params = [i for i in order if graph.nodes[i].op == "parameter"]
+    program = generate(graph, order, params, graph.inputs)
+    param_tensors = [graph.nodes[i].tensor for i in params]
+    update_list = [(graph.nodes[p].tensor, k) for k, (p, _) in enumerate(graph.updates)]
+    return Function(graph, program, single, param_tensors, update_list, rows)
+
+
+def schedule(graph) -> list:
+    """The order nodes run in: the graph keeps its nodes topologically ordered, so take it as it is."""
+    return list(graph.nodes)

@@ -1,0 +1,182 @@
+"""The compiled Function: checks feeds, runs the generated code, then assigns the parameter updates."""
+from __future__ import annotations
+
+
+import numpy as np
+
+from .tensor import FeedError, StaticgradError, Tensor, format_shape
+
+
+class ExecutionError(StaticgradError):
+    """A kernel failed while a compiled function ran (for example sizes that disagree at run time)."""
+
+
+class Report:
+    """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table."""
+
+    COLUMNS = ("pass", "nodes_before", "nodes_after", "seconds", "changed")
+
+    def __init__(self, rows, summary=None):
+        self.rows = rows
+        self.summary = summary or {}
+
+    def __str__(self):
+        header = f"{'pass':<16}{'before':>8}{'after':>8}{'changed':>9}{'ms':>9}  ops removed / added"
+        lines = [header, "-" * len(header)]
+        for r in self.rows:
+            delta = ", ".join([f"-{n} {op}" for op, n in r["removed"].items()] +
+                              [f"+{n} {op}" for op, n in r["added"].items()])
+            lines.append(f"{r['pass']:<16}{r['nodes_before']:>8}{r['nodes_after']:>8}{str(r['changed']):>9}"
+                         f"{r['seconds'] * 1e3:>9.2f}  {delta}")
+        for key, value in self.summary.items():
+            lines.append(f"{key}: {value}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return str(self)
+
+
+def check_feed(node, value):
+    """``value`` as an array of the placeholder's dtype, or a FeedError naming it."""
+    arr = value if type(value) is np.ndarray else np.asarray(value)
+    expected = node.shape
+    if arr.dtype != node.dtype:
+        if not np.can_cast(arr.dtype, node.dtype, "same_kind"):
+            raise FeedError(f"placeholder {node.label()!r}: expected dtype {node.dtype} with shape "
+                            f"{format_shape(expected)}, got dtype {arr.dtype} with shape {format_shape(arr.shape)} "
+                            f"(numpy cannot cast {arr.dtype} to {node.dtype} with 'same_kind')")
+        arr = arr.astype(node.dtype)
+    if arr.ndim != len(expected) or any(d is not None and d != a for d, a in zip(expected, arr.shape)):
+        raise FeedError(f"placeholder {node.label()!r}: expected shape {format_shape(expected)} (dtype "
+                        f"{node.dtype}), got shape {format_shape(arr.shape)} (dtype {arr.dtype})")
+    return arr
+
+
+class Function:
+    """A compiled graph: call it with the feeds, get the outputs; parameters are updated afterwards."""
+
+    def __init__(self, ir, program, single, params, updates, rows, unoptimized=None):
+        self.ir = ir                       # the optimized staticgrad.graph.Graph
+        self._program = program
+        self._run = program.run
+        self._single = single
+        self._inputs = [ir.nodes[i] for i in ir.inputs]
+        self._by_key = {}
+        for node in self._inputs:
+            self._by_key[node.tensor] = node
+            if node.name is not None:
+                self._by_key.setdefault(node.name, node)
+        self._params = params              # parameter tensors, in the order `run` reads them
+        self._updates = updates            # [(parameter tensor, index into the update values)]
+        self._rows = rows
+        self._unoptimized = unoptimized
+        self._graph = None
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, **kwargs):
+        feeds = self._feeds(args, kwargs)
+        try:
+            outputs, new_values = self._run(*feeds)
+        except StaticgradError:
+            raise
+        except Exception as err:
+            raise self._explain(err) from err
+        self._assign(new_values)
+        # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
+        outputs = [o if type(o) is np.ndarray else np.asarray(o) for o in outputs]
+        return outputs[0] if self._single else outputs
+
+    def _feeds(self, args, kwargs):
+        inputs = self._inputs
+        if len(args) == 1 and isinstance(args[0], dict) and not kwargs:
+            return self._feeds_from_dict(args[0])
+        if kwargs:
+            if args:
+                raise FeedError("give the feeds either positionally or by name, not both")
+            return self._feeds_from_dict(kwargs)
+        if len(args) != len(inputs):
+            names = ", ".join(repr(n.label()) for n in inputs)
+            raise FeedError(f"expected {len(inputs)} feeds ({names}) in inputs order, got {len(args)}")
+        return [check_feed(node, value) for node, value in zip(inputs, args)]
+
+    def _feeds_from_dict(self, feed_dict):
+        given = {}
+        for key, value in feed_dict.items():
+            node = self._by_key.get(key) if isinstance(key, (Tensor, str)) else None
+            if node is None:
+                what = key.label() if isinstance(key, Tensor) else key
+                known = ", ".join(repr(n.label()) for n in self._inputs)
+                raise FeedError(f"{what!r} is not an input placeholder of this function (inputs: {known})")
+            if node.id in given:
+                raise FeedError(f"placeholder {node.label()!r} is fed twice")
+            given[node.id] = value
+        missing = [n.label() for n in self._inputs if n.id not in given]
+        if missing:
+            detail = "; ".join(f"{n.label()!r} expects shape {format_shape(n.shape)} dtype {n.dtype}"
+                               for n in self._inputs if n.id not in given)
+            raise FeedError(f"missing feed for placeholder {', '.join(map(repr, missing))}: {detail}")
+        return [check_feed(node, given[node.id]) for node in self._inputs]
+
+    def _assign(self, new_values):
+        # Check every new value before assigning any, so a failing call changes no parameter.
+        checked = []
+        for param, k in self._updates:
+            value = np.asarray(new_values[k])
+            if value.shape != param.shape:
+                try:
+                    value = np.broadcast_to(value, param.shape)
+                except ValueError:
+                    raise ExecutionError(f"update of parameter {param.label()!r}: the new value has shape "
+                                         f"{format_shape(value.shape)}, expected "
+                                         f"{format_shape(param.shape)}") from None
+            if value.dtype != param.dtype:
+                value = value.astype(param.dtype)
+            if not value.flags.owndata or not value.flags.writeable or any(value is p._value for p in self._params):
+                value = value.copy()
+            checked.append((param, value))
+        for param, value in checked:
+            param._value = value
+
+    def _explain(self, err):
+        tb = err.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<staticgrad>":
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        node = self.ir.nodes.get(self._program.line_nodes.get(line))
+        if node is None:
+            return ExecutionError(f"compiled function failed: {type(err).__name__}: {err}")
+        inputs = ", ".join(format_shape(self.ir.nodes[i].shape) for i in node.inputs)
+        return ExecutionError(f"{node.op} (built at {node.source}) failed at run time on inputs of static "
+                              f"shapes {inputs}: {type(err).__name__}: {err}")
+
+    # ------------------------------------------------------------------ looking inside
+    @property
+    def source(self) -> str:
+        """The generated executor code."""
+        return self._program.source
+
+    @property
+    def graph(self):
+        """The optimized graph as a networkx.DiGraph (node attributes: op, shape, dtype, role, ...)."""
+        if self._graph is None:
+            self._graph = self.ir.to_networkx()
+        return self._graph
+
+    @property
+    def inputs(self):
+        return [n.tensor for n in self._inputs]
+
+    def report(self) -> Report:
+        return Report(self._rows, {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items()))})
+
+    def to_dot(self, stage="optimized", **kwargs):
+        from .dot import to_dot
+        return to_dot(self, stage=stage, **kwargs)
+
+    def __repr__(self):
+        names = ", ".join(n.label() for n in self._inputs)
+        return f"<staticgrad.Function({names}) {len(self.ir.nodes)} nodes>"
+
+

@@ -1,0 +1,191 @@
+"""Graphs: walking tensors (iteratively) and the compiler's editable IR with its networkx view.
+
+Nothing here recurses, so a graph of a million nodes never meets Python's recursion limit.
+"""
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+
+from .tensor import Tensor
+
+_node_ids = itertools.count(1 << 40)   # ids for nodes the passes create; tensor ids stay below
+
+
+def ancestors(tensors) -> dict:
+    """Every tensor that ``tensors`` depend on, themselves included, as {id: tensor}."""
+    seen = {}
+    stack = list(tensors)
+    while stack:
+        t = stack.pop()
+        if t.id in seen:
+            continue
+        seen[t.id] = t
+        stack.extend(x for x in t.inputs if x.id not in seen)
+    return seen
+
+
+def to_digraph(tensors) -> nx.DiGraph:
+    """The networkx view of the tensors ``tensors`` depend on (edge input -> consumer)."""
+    found = ancestors(tensors)
+    g = nx.DiGraph()
+    for t in sorted(found.values(), key=lambda t: t.id):
+        g.add_node(t.id, tensor=t)
+        for x in t.inputs:
+            g.add_edge(x.id, t.id)
+    return g
+
+
+def topological_order(tensors) -> list:
+    """The tensors ``tensors`` depend on, inputs before consumers (networkx's topological sort)."""
+    g = to_digraph(tensors)
+    return [g.nodes[i]["tensor"] for i in nx.topological_sort(g)]
+
+
+class Node:
+    """One IR node: an op applied to other nodes (by id). Mutable, unlike the user's tensors."""
+
+    __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "name", "role", "value", "source",
+                 "scope", "adjoint_of", "rule", "requires_grad", "tensor")
+
+    def __init__(self, op, inputs=(), attrs=None, shape=(), dtype=np.float64, name=None, role="forward",
+                 value=None, source="", scope="", adjoint_of=None, rule=None, requires_grad=False,
+                 tensor=None, id=None):
+        self.id = next(_node_ids) if id is None else id
+        self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs or {})
+        self.shape, self.dtype, self.name, self.role = tuple(shape), np.dtype(dtype), name, role
+        self.value, self.source, self.scope = value, source, scope
+        self.adjoint_of, self.rule, self.requires_grad, self.tensor = adjoint_of, rule, requires_grad, tensor
+
+    @classmethod
+    def from_tensor(cls, t: Tensor) -> "Node":
+        return cls(t.op, [x.id for x in t.inputs], t.attrs, t.shape, t.dtype, t.name, t.role,
+                   t._value if t.op == "constant" else None, t.source, t.scope,
+                   t.adjoint_of.id if t.adjoint_of is not None else None, t.rule, t.requires_grad,
+                   tensor=t, id=t.id)
+
+    def copy(self, **changes) -> "Node":
+        new = Node.__new__(Node)
+        for slot in Node.__slots__:
+            setattr(new, slot, changes.get(slot, getattr(self, slot)))
+        new.inputs = list(new.inputs)
+        return new
+
+    def label(self) -> str:
+        return self.name or f"{self.op}_{self.id}"
+
+    def __repr__(self):
+        return f"<Node {self.id} {self.op} {self.inputs} {self.shape}>"
+
+
+class Graph:
+    """The compiler's IR: nodes in topological order, the outputs and the parameter updates.
+
+    ``nodes`` keeps insertion order, and every pass preserves that order as a topological one.
+    """
+
+    def __init__(self, nodes=None, outputs=(), updates=(), inputs=()):
+        self.nodes: dict[int, Node] = nodes if nodes is not None else {}
+        self.outputs = list(outputs)           # node ids
+        self.updates = list(updates)           # (parameter node id, expression node id)
+        self.inputs = list(inputs)             # placeholder node ids, in call order
+
+    @classmethod
+    def from_tensors(cls, outputs, updates=(), inputs=()) -> "Graph":
+        roots = list(outputs) + [e for _, e in updates] + [p for p, _ in updates] + list(inputs)
+        found = ancestors(roots)
+        nodes = {i: Node.from_tensor(found[i]) for i in sorted(found)}
+        return cls(nodes, [t.id for t in outputs], [(p.id, e.id) for p, e in updates], [t.id for t in inputs])
+
+    # ------------------------------------------------------------------ editing
+    def add(self, node: Node) -> int:
+        self.nodes[node.id] = node
+        return node.id
+
+    def rebuild(self, visit) -> "Graph":
+        """A new graph made by calling ``visit(new_graph, node)`` on every node in order.
+
+        ``node`` is a copy whose inputs already point at their replacements; ``visit`` returns the id
+        that stands for it in the new graph (its own id to keep it, or the id of a replacement, which it
+        may first ``new_graph.add``).
+        """
+        new = Graph(inputs=self.inputs)
+        mapping = {}
+        for node in self.nodes.values():
+            copy = node.copy(inputs=[mapping[i] for i in node.inputs])
+            result = visit(new, copy)
+            if result == copy.id and result not in new.nodes:
+                new.add(copy)
+            mapping[node.id] = result
+        new.outputs = [mapping[o] for o in self.outputs]
+        new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
+        new.inputs = [mapping.get(i, i) for i in self.inputs]
+        return new
+
+    def consumers(self) -> dict:
+        """{node id: [ids of the nodes that read it]} (one entry per use)."""
+        users = {i: [] for i in self.nodes}
+        for node in self.nodes.values():
+            for i in node.inputs:
+                users[i].append(node.id)
+        return users
+
+    def live(self) -> set:
+        """Ids of the nodes the outputs and updates need (iteratively)."""
+        roots = list(self.outputs) + [e for _, e in self.updates] + [p for p, _ in self.updates] + self.inputs
+        seen, stack = set(), roots
+        while stack:
+            i = stack.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            stack.extend(self.nodes[i].inputs)
+        return seen
+
+    def count(self, op=None) -> int:
+        if op is None:
+            return len(self.nodes)
+        return sum(1 for n in self.nodes.values() if n.op == op)
+
+    def op_counts(self) -> dict:
+        counts = {}
+        for n in self.nodes.values():
+            counts[n.op] = counts.get(n.op, 0) + 1
+        return counts
+
+    # ------------------------------------------------------------------ views
+    def assign_roles(self):
+        """backward for adjoint nodes; update for nodes only the updates need; forward otherwise."""
+        needed_by_outputs, stack = set(), list(self.outputs)
+        while stack:
+            i = stack.pop()
+            if i not in needed_by_outputs:
+                needed_by_outputs.add(i)
+                stack.extend(self.nodes[i].inputs)
+        for node in self.nodes.values():
+            if node.role == "backward":
+                continue
+            if node.id not in needed_by_outputs and node.op not in ("parameter", "placeholder"):
+                node.role = "update"
+            else:
+                node.role = "forward"
+
+    def to_networkx(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for node in self.nodes.values():
+            g.add_node(node.id, op=node.op, shape=node.shape, dtype=node.dtype, role=node.role,
+                       name=node.name, source=node.source, scope=node.scope, attrs=node.attrs,
+                       adjoint_of=node.adjoint_of, rule=node.rule, requires_grad=node.requires_grad,
+                       label=node.label())
+            for slot, i in enumerate(node.inputs):
+                if g.has_edge(i, node.id):
+                    g.edges[i, node.id]["slots"].append(slot)
+                else:
+                    g.add_edge(i, node.id, slots=[slot])
+        for k, o in enumerate(self.outputs):
+            g.nodes[o].setdefault("outputs", []).append(k)
+        for p, e in self.updates:
+            g.nodes[e]["updates"] = p
+        return g

@@ -1,0 +1,187 @@
+"""Elementwise ops: arithmetic, unary math, comparisons, selection."""
+from __future__ import annotations
+
+import numpy as np
+
+from .registry import COMMUTATIVE, ELEMENTWISE, apply, coerce, defop, elementwise_spec, kernel_dtype
+
+
+def _binary(name):
+    def fn(a, b):
+        a, b = coerce(a, b)
+        return apply(name, (a, b))
+    fn.__name__ = name
+    return fn
+
+
+def _unary(name):
+    def fn(x):
+        (x,) = coerce(x)
+        return apply(name, (x,))
+    fn.__name__ = name
+    return fn
+
+
+def _def(name, kernel, vjp, flags=0, doc=""):
+    defop(name, kernel, elementwise_spec(kernel), vjp, flags | ELEMENTWISE, doc)
+
+
+# ------------------------------------------------------------------ kernels numpy does not have
+def sigmoid_kernel(x):
+    # exp of -|x| never overflows, so both halves stay accurate far into the tails.
+    e = np.exp(-np.abs(x))
+    r = 1.0 / (1.0 + e)
+    return np.where(x >= 0, r, e * r)
+
+
+def relu_kernel(x):
+    return np.maximum(x, 0)
+
+
+def softplus_kernel(x):
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
+
+
+def identity_kernel(x):
+    return x
+
+
+def cast_kernel(x, dtype):
+    return x.astype(dtype)
+
+
+# ------------------------------------------------------------------ arithmetic
+_def("add", np.add, lambda g, out, x, y: (g, g), COMMUTATIVE)
+_def("sub", np.subtract, lambda g, out, x, y: (g, neg(g)))
+_def("mul", np.multiply, lambda g, out, x, y: (g * y, g * x), COMMUTATIVE)
+_def("div", np.true_divide, lambda g, out, x, y: (g / y, neg(g / y * out)))
+_def("neg", np.negative, lambda g, out, x: (neg(g),))
+
+
+def _pow_vjp(g, out, x, y):
+    return g * y * power(x, y - 1), g * out * log(x)
+
+
+_def("pow", np.power, _pow_vjp)
+
+add, sub, mul, div, pow = _binary("add"), _binary("sub"), _binary("mul"), _binary("div"), _binary("pow")
+power = pow
+neg = _unary("neg")
+
+# ------------------------------------------------------------------ unary math
+_def("exp", np.exp, lambda g, out, x: (g * out,))
+_def("log", np.log, lambda g, out, x: (g / x,))
+_def("log1p", np.log1p, lambda g, out, x: (g / (x + 1),))
+_def("expm1", np.expm1, lambda g, out, x: (g * (out + 1),))
+_def("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),))
+_def("sin", np.sin, lambda g, out, x: (g * cos(x),))
+_def("cos", np.cos, lambda g, out, x: (neg(g * sin(x)),))
+_def("tanh", np.tanh, lambda g, out, x: (g * (1 - square(out)),))
+_def("sigmoid", sigmoid_kernel, lambda g, out, x: (g * (out * (1 - out)),))
+_def("relu", relu_kernel, lambda g, out, x: (where(out > 0, g, 0),))
+_def("abs", np.abs, lambda g, out, x: (g * sign(x),))
+_def("square", np.square, lambda g, out, x: (g * (x * 2),))
+_def("softplus", softplus_kernel, lambda g, out, x: (g * sigmoid(x),))
+_def("sign", np.sign, None)
+_def("stop_gradient", identity_kernel, None, doc="identity whose gradient is zero")
+
+exp, log, log1p, expm1, sqrt = _unary("exp"), _unary("log"), _unary("log1p"), _unary("expm1"), _unary("sqrt")
+sin, cos, tanh, sigmoid, relu = _unary("sin"), _unary("cos"), _unary("tanh"), _unary("sigmoid"), _unary("relu")
+abs, square, softplus, sign = _unary("abs"), _unary("square"), _unary("softplus"), _unary("sign")
+stop_gradient = _unary("stop_gradient")
+
+
+def _cast_spec(inputs, dtype):
+    return inputs[0].shape, np.dtype(dtype)
+
+
+def _cast_vjp(g, out, x, dtype):
+    return (cast(g, x.dtype),) if x.dtype.kind in "fc" else (None,)
+
+
+defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE)
+
+
+def cast(x, dtype):
+    (x,) = coerce(x)
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return apply("cast", (x,), {"dtype": dtype})
+
+
+# ------------------------------------------------------------------ two-sided selection
+def _maximum_vjp(g, out, x, y):
+    # Ties split the gradient evenly, as PyTorch does.
+    half = g * 0.5
+    return (where(x > y, g, where(equal(x, y), half, 0)),
+            where(y > x, g, where(equal(x, y), half, 0)))
+
+
+def _minimum_vjp(g, out, x, y):
+    half = g * 0.5
+    return (where(x < y, g, where(equal(x, y), half, 0)),
+            where(y < x, g, where(equal(x, y), half, 0)))
+
+
+_def("maximum", np.maximum, _maximum_vjp, COMMUTATIVE)
+_def("minimum", np.minimum, _minimum_vjp, COMMUTATIVE)
+maximum, minimum = _binary("maximum"), _binary("minimum")
+
+
+def _where_spec(inputs):
+    from .registry import broadcast_shapes
+    cond, x, y = inputs
+    return broadcast_shapes(cond.shape, x.shape, y.shape), np.result_type(x.dtype, y.dtype)
+
+
+def _where_vjp(g, out, cond, x, y):
+    return None, where(cond, g, 0), where(cond, 0, g)
+
+
+defop("where", np.where, _where_spec, _where_vjp, ELEMENTWISE)
+
+
+def where(cond, x, y):
+    """``x`` where ``cond`` holds, else ``y`` (numpy.where with three arguments)."""
+    x, y = coerce(x, y)
+    (cond,) = coerce(cond)
+    if cond.dtype != np.bool_:
+        cond = cast(cond, bool)
+    return apply("where", (cond, x, y))
+
+
+def _clip_vjp(g, out, x, lo, hi):
+    inside = logical_and(x >= lo, x <= hi)
+    return where(inside, g, 0), where(x < lo, g, 0), where(x > hi, g, 0)
+
+
+def _clip_kernel(x, lo, hi):
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def _clip_spec(inputs):
+    from .registry import broadcast_shapes
+    x, lo, hi = inputs
+    return broadcast_shapes(x.shape, lo.shape, hi.shape), kernel_dtype(_clip_kernel, (x.dtype, lo.dtype, hi.dtype))
+
+
+defop("clip", _clip_kernel, _clip_spec, _clip_vjp, ELEMENTWISE)
+
+
+def clip(x, a_min, a_max):
+    """Limit ``x`` to [a_min, a_max]; the gradient passes where a_min <= x <= a_max."""
+    x, a_min, a_max = coerce(x, a_min, a_max)
+    return apply("clip", (x, a_min, a_max))
+
+
+# ------------------------------------------------------------------ comparisons (not differentiable)
+for _name, _kernel in [("less", np.less), ("less_equal", np.less_equal), ("greater", np.greater),
+                       ("greater_equal", np.greater_equal), ("equal", np.equal),
+                       ("not_equal", np.not_equal), ("logical_and", np.logical_and),
+                       ("logical_or", np.logical_or)]:
+    _def(_name, _kernel, None)
+less, less_equal, greater, greater_equal = (_binary("less"), _binary("less_equal"), _binary("greater"),
+                                            _binary("greater_equal"))
+equal, not_equal, logical_and, logical_or = (_binary("equal"), _binary("not_equal"), _binary("logical_and"),
+                                             _binary("logical_or"))

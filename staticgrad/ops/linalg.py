@@ -1,0 +1,60 @@
+"""Matrix product, with numpy.matmul's rules for 1-D operands and broadcast batch axes."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import ShapeError, format_shape
+from .reduce import expand_dims, squeeze
+from .registry import apply, broadcast_shapes, coerce, defop
+from .shape import swap_last
+
+
+def _matmul_spec(inputs):
+    a, b = inputs
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"operands must be at least 1-D, got {format_shape(a.shape)} and {format_shape(b.shape)}")
+    a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+    b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+    k_a, k_b = a_shape[-1], b_shape[-2]
+    if k_a is not None and k_b is not None and k_a != k_b:
+        raise ShapeError(f"shapes {format_shape(a.shape)} and {format_shape(b.shape)} are not aligned: "
+                         f"{k_a} (last axis of the first) != {k_b} (axis -2 of the second)")
+    try:
+        batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"batch axes of {format_shape(a.shape)} and {format_shape(b.shape)} "
+                         f"do not broadcast") from None
+    shape = batch + (a_shape[-2],) * (a.ndim > 1) + (b_shape[-1],) * (b.ndim > 1)
+    return shape, np.result_type(a.dtype, b.dtype)
+
+
+def _matmul_vjp(g, out, a, b):
+    a_vec, b_vec = a.ndim == 1, b.ndim == 1
+    if not a_vec and not b_vec and a.ndim == 2 and b.ndim == 2:
+        return matmul(g, swap_last(b)), matmul(swap_last(a), g)
+    # Promote vectors to matrices as numpy does, differentiate, then drop the added axes again.
+    a2 = expand_dims(a, 0) if a_vec else a
+    b2 = expand_dims(b, b.ndim) if b_vec else b
+    g2 = g
+    if a_vec and b_vec:
+        g2 = expand_dims(g, (0, 1))
+    elif a_vec:
+        g2 = expand_dims(g, g.ndim - 1)
+    elif b_vec:
+        g2 = expand_dims(g, g.ndim)
+    ga = matmul(g2, swap_last(b2))
+    gb = matmul(swap_last(a2), g2)
+    if a_vec:
+        ga = squeeze(ga, ga.ndim - 2)
+    if b_vec:
+        gb = squeeze(gb, gb.ndim - 1)
+    return ga, gb
+
+
+defop("matmul", np.matmul, _matmul_spec, _matmul_vjp)
+
+
+def matmul(a, b):
+    """numpy.matmul (the ``@`` operator)."""
+    a, b = coerce(a, b)
+    return apply("matmul", (a, b))

@@ -1,0 +1,104 @@
+"""Normalizing ops: softmax, log_softmax and the fused softmax cross-entropy loss."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import ShapeError, format_shape
+from .elementwise import exp
+from .reduce import _logsumexp_kernel, sum
+from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype, normalize_axis
+
+
+def _softmax_kernel(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax_kernel(x, axis):
+    return x - _logsumexp_kernel(x, axis, True)
+
+
+def _float_spec(inputs, axis):
+    (x,) = inputs
+    return x.shape, kernel_dtype(np.exp, (x.dtype,))
+
+
+def _softmax_vjp(g, out, x, axis):
+    return (out * (g - sum(g * out, axis=axis, keepdims=True)),)
+
+
+def _log_softmax_vjp(g, out, x, axis):
+    return (g - exp(out) * sum(g, axis=axis, keepdims=True),)
+
+
+defop("softmax", _softmax_kernel, _float_spec, _softmax_vjp)
+defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softmax_vjp)
+
+
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along ``axis``, computed without overflow."""
+    (x,) = coerce(x)
+    return apply("softmax", (x,), {"axis": normalize_axis(axis, x.ndim)})
+
+
+def log_softmax(x, axis=-1):
+    """x - logsumexp(x) along ``axis``."""
+    (x,) = coerce(x)
+    return apply("log_softmax", (x,), {"axis": normalize_axis(axis, x.ndim)})
+
+
+# ------------------------------------------------------------------ one-hot and the fused loss
+def _check_labels(labels, classes):
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"labels must lie in [0, {classes}), got values in "
+                         f"[{labels.min()}, {labels.max()}]")
+
+
+def _one_hot_kernel(labels, ref):
+    _check_labels(labels, ref.shape[-1])
+    return (labels[..., None] == np.arange(ref.shape[-1])).astype(ref.dtype)
+
+
+defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
+      None, NONDIFF | SHAPE_REF, doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
+
+
+def _sce_kernel(logits, labels):
+    _check_labels(labels, logits.shape[-1])
+    lse = _logsumexp_kernel(logits, (logits.ndim - 1,), False)
+    picked = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    return np.mean(lse - picked)
+
+
+def _sce_spec(inputs):
+    logits, labels = inputs
+    if logits.ndim < 1:
+        raise ShapeError("logits must have a class axis")
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(f"labels must be integer class indices, got dtype {labels.dtype}")
+    expected = logits.shape[:-1]
+    if labels.ndim != len(expected) or any(a is not None and b is not None and a != b
+                                          for a, b in zip(labels.shape, expected)):
+        raise ShapeError(f"labels of shape {format_shape(labels.shape)} do not match logits "
+                         f"{format_shape(logits.shape)} (expected {format_shape(expected)})")
+    return (), logits.dtype
+
+
+def _sce_vjp(g, out, logits, labels):
+    if None in labels.shape:
+        n = apply("size", (labels,), {"axis": tuple(range(labels.ndim)), "dtype": logits.dtype})
+    else:
+        from ..tensor import constant
+        n = constant(max(int(np.prod(labels.shape)), 1), dtype=logits.dtype)
+    probs = softmax(logits, axis=-1)
+    return (probs - apply("one_hot", (labels, logits))) * (g / n), None
+
+
+defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp)
+
+
+def softmax_cross_entropy(logits, labels):
+    """Mean over the batch of -log softmax(logits)[label]; ``labels`` are integer classes."""
+    (logits,) = coerce(logits)
+    (labels,) = coerce(labels)
+    return apply("softmax_cross_entropy", (logits, labels))

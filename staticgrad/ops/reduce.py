@@ -1,0 +1,184 @@
+"""Reductions (sum, mean, max, min, logsumexp) and the broadcasts their gradients need."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import ShapeError, format_shape
+from .elementwise import cast, equal, exp, log
+from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype, normalize_axis
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _reduce_spec(kernel):
+    def infer(inputs, axis, keepdims):
+        (x,) = inputs
+        return reduced_shape(x.shape, axis, keepdims), kernel_dtype(kernel, (x.dtype,))
+    return infer
+
+
+def expand_reduced(g, axes, keepdims):
+    """Give a reduction's gradient back the reduced axes (as size 1) so it broadcasts against the input."""
+    if keepdims or not axes:
+        return g
+    return expand_dims(g, axes)
+
+
+def broadcast_back(g, x):
+    """``g`` broadcast to ``x``'s shape; the runtime shape of ``x`` is used when its static shape has None."""
+    if None not in x.shape:
+        if tuple(g.shape) == tuple(x.shape):
+            return g
+        return apply("broadcast_to", (g,), {"shape": x.shape})
+    return apply("broadcast_like", (g, x))
+
+
+def count(x, axes):
+    """How many elements of ``x`` one reduction over ``axes`` sees, as a scalar of x's dtype."""
+    dims = [x.shape[a] for a in axes]
+    dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
+    if None not in dims:
+        from ..tensor import constant
+        return constant(float(np.prod(dims, dtype=np.float64)), dtype=dtype)
+    return apply("size", (x,), {"axis": axes, "dtype": dtype})
+
+
+def _sum_vjp(g, out, x, axis, keepdims):
+    return (broadcast_back(expand_reduced(g, axis, keepdims), x),)
+
+
+def _mean_vjp(g, out, x, axis, keepdims):
+    return (broadcast_back(expand_reduced(g, axis, keepdims), x) / count(x, axis),)
+
+
+def _extremum_vjp(g, out, x, axis, keepdims):
+    # Ties share the gradient evenly (like torch.amax), so the result is a true subgradient average.
+    out_b = expand_reduced(out, axis, keepdims)
+    mask = cast(equal(x, out_b), x.dtype)
+    share = mask / sum(mask, axis=axis, keepdims=True)
+    return (share * expand_reduced(g, axis, keepdims),)
+
+
+def _mean_kernel(x, axis, keepdims):
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _logsumexp_kernel(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _logsumexp_vjp(g, out, x, axis, keepdims):
+    return (expand_reduced(g, axis, keepdims) * exp(x - expand_reduced(out, axis, keepdims)),)
+
+
+defop("sum", np.sum, _reduce_spec(np.sum), _sum_vjp)
+defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp)
+defop("max", np.max, _reduce_spec(np.max), _extremum_vjp)
+defop("min", np.min, _reduce_spec(np.min), _extremum_vjp)
+defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsumexp_vjp)
+
+
+def _reduction(name):
+    def fn(x, axis=None, keepdims=False):
+        (x,) = coerce(x)
+        try:
+            axes = normalize_axis(axis, x.ndim)
+        except ShapeError as err:
+            from ..tensor import user_frame
+            raise ShapeError(f"{name}: {err} (at {user_frame()})") from None
+        if name in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name}")
+        return apply(name, (x,), {"axis": axes, "keepdims": bool(keepdims)})
+    fn.__name__ = name
+    fn.__doc__ = f"numpy.{name} over ``axis`` (None: all axes)."
+    return fn
+
+
+sum, mean, max, min, logsumexp = (_reduction("sum"), _reduction("mean"), _reduction("max"), _reduction("min"),
+                                  _reduction("logsumexp"))
+
+
+# ------------------------------------------------------------------ shape-driven helpers for gradients
+def _size_kernel(x, axis, dtype):
+    n = 1
+    for a in axis:
+        n *= x.shape[a]
+    return np.asarray(n, dtype=dtype)
+
+
+defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), None, NONDIFF,
+      doc="number of elements of x over axis (runtime shape)")
+
+
+def _broadcast_to_spec(inputs, shape):
+    from .registry import broadcast_shapes
+    (x,) = inputs
+    if broadcast_shapes(x.shape, shape) != tuple(shape):
+        raise ShapeError(f"cannot broadcast {format_shape(x.shape)} to {format_shape(shape)}")
+    return tuple(shape), x.dtype
+
+
+def _broadcast_like_spec(inputs):
+    from .registry import broadcast_shapes
+    x, ref = inputs
+    return broadcast_shapes(x.shape, ref.shape), x.dtype
+
+
+def _broadcast_like_kernel(x, ref):
+    return np.broadcast_to(x, ref.shape)
+
+
+# The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back.
+defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,), VIEW)
+defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec, lambda g, out, x, ref: (g, None),
+      VIEW | SHAPE_REF)
+
+
+def broadcast_to(x, shape):
+    (x,) = coerce(x)
+    return apply("broadcast_to", (x,), {"shape": tuple(int(d) for d in shape)})
+
+
+def _expand_dims_spec(inputs, axis):
+    (x,) = inputs
+    shape = list(x.shape)
+    for a in axis:
+        shape.insert(a, 1)
+    return tuple(shape), x.dtype
+
+
+def _squeeze_spec(inputs, axis):
+    (x,) = inputs
+    for a in axis:
+        if x.shape[a] not in (1, None):
+            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]}")
+    return tuple(d for i, d in enumerate(x.shape) if i not in axis), x.dtype
+
+
+def _squeeze_kernel(x, axis):
+    return np.squeeze(x, axis=axis)
+
+
+defop("expand_dims", np.expand_dims, _expand_dims_spec, lambda g, out, x, axis: (squeeze(g, axis),), VIEW)
+defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand_dims(g, axis),), VIEW)
+
+
+def expand_dims(x, axis):
+    """Insert size-1 axes at ``axis`` (positions in the result, like numpy.expand_dims)."""
+    (x,) = coerce(x)
+    axes = normalize_axis(axis, x.ndim + (1 if isinstance(axis, int) else len(axis)))
+    return apply("expand_dims", (x,), {"axis": axes})
+
+
+def squeeze(x, axis):
+    (x,) = coerce(x)
+    return apply("squeeze", (x,), {"axis": normalize_axis(axis, x.ndim)})
+

@@ -1,0 +1,302 @@
+"""Ops that move data without arithmetic: reshape, transpose, indexing, concatenate, stack."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor import ShapeError, format_shape
+from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, normalize_axis
+
+
+# ------------------------------------------------------------------ reshape
+def _reshape_spec(inputs, shape):
+    (x,) = inputs
+    if shape.count(-1) > 1:
+        raise ShapeError(f"can only infer one dimension, got {shape}")
+    known_out = [d for d in shape if d != -1]
+    if any(d < 0 for d in known_out):
+        raise ShapeError(f"negative size in {shape}")
+    if None in x.shape:
+        if -1 not in shape:
+            return tuple(shape), x.dtype
+        return tuple(None if d == -1 else d for d in shape), x.dtype
+    total = int(np.prod(x.shape, dtype=np.int64))
+    prod = int(np.prod(known_out, dtype=np.int64))
+    if -1 in shape:
+        if prod == 0 or total % prod:
+            raise ShapeError(f"cannot reshape {format_shape(x.shape)} into {format_shape(shape)}")
+        return tuple(total // prod if d == -1 else d for d in shape), x.dtype
+    if prod != total:
+        raise ShapeError(f"cannot reshape {format_shape(x.shape)} ({total} elements) into {format_shape(shape)}")
+    return tuple(shape), x.dtype
+
+
+def _reshape_kernel(x, shape):
+    return np.reshape(x, shape)
+
+
+def _reshape_vjp(g, out, x, shape):
+    return (reshape_back(g, x),)
+
+
+def reshape_back(g, x):
+    """``g`` reshaped to ``x``'s shape, from the static shape when it allows, else from x at run time."""
+    if x.shape.count(None) <= 1:
+        return reshape(g, tuple(-1 if d is None else d for d in x.shape))
+    return apply("reshape_like", (g, x))
+
+
+def _reshape_like_kernel(x, ref):
+    return np.reshape(x, ref.shape)
+
+
+defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW)
+defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+      lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF)
+
+
+def reshape(x, *shape):
+    """numpy.reshape; one entry may be -1. ``x.reshape(2, 3)`` and ``reshape(x, (2, 3))`` both work."""
+    (x,) = coerce(x)
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        shape = shape[0]
+    return apply("reshape", (x,), {"shape": tuple(int(d) for d in shape)})
+
+
+# ------------------------------------------------------------------ transpose
+def _transpose_spec(inputs, axes):
+    (x,) = inputs
+    return tuple(x.shape[a] for a in axes), x.dtype
+
+
+def _transpose_vjp(g, out, x, axes):
+    return (transpose(g, tuple(int(i) for i in np.argsort(axes))),)
+
+
+defop("transpose", np.transpose, _transpose_spec, _transpose_vjp, VIEW)
+
+
+def transpose(x, axes=None):
+    """numpy.transpose: reverse the axes, or permute them as ``axes`` says."""
+    (x,) = coerce(x)
+    if axes is None:
+        axes = tuple(reversed(range(x.ndim)))
+    axes = tuple(int(a) % max(x.ndim, 1) for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        from ..tensor import user_frame
+        raise ShapeError(f"transpose: axes {axes} are not a permutation of {x.ndim} axes (at {user_frame()})")
+    return apply("transpose", (x,), {"axes": axes})
+
+
+def swap_last(x):
+    axes = list(range(x.ndim))
+    axes[-1], axes[-2] = axes[-2], axes[-1]
+    return transpose(x, tuple(axes))
+
+
+# ------------------------------------------------------------------ indexing
+_BIG = 2 ** 40  # stands in for unknown sizes when numpy works out an index's result shape
+
+
+def normalize_index(index):
+    """An index as a tuple numpy accepts, with lists turned into arrays (kept static, never tensors)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    out = []
+    for item in index:
+        if hasattr(item, "op") or hasattr(item, "_eager"):
+            raise TypeError("indexing with a tensor is not supported; use where or a one-hot product")
+        if isinstance(item, list):
+            item = np.asarray(item)
+        if isinstance(item, np.ndarray):
+            if item.dtype.kind not in "biu":
+                raise TypeError(f"index arrays must be integer or bool, not {item.dtype}")
+            item = item.copy()
+            item.setflags(write=False)
+        elif isinstance(item, (np.integer,)):
+            item = int(item)
+        elif not (item is None or item is Ellipsis or isinstance(item, (int, slice))):
+            raise TypeError(f"unsupported index {item!r}")
+        out.append(item)
+    return tuple(out)
+
+
+def _index_shape(shape, index):
+    def probe(fill):
+        dummy = np.broadcast_to(np.empty((), np.int8), tuple(fill if d is None else d for d in shape))
+        return dummy[index].shape
+    try:
+        a, b = probe(_BIG), probe(_BIG + 1000)
+    except IndexError as err:
+        raise ShapeError(f"index {index} does not fit shape {format_shape(shape)}: {err}") from None
+    return tuple(d if d == e else None for d, e in zip(a, b))
+
+
+def _getitem_spec(inputs, index):
+    (x,) = inputs
+    return _index_shape(x.shape, index), x.dtype
+
+
+def _getitem_kernel(x, index):
+    return x[index]
+
+
+def _is_basic(index):
+    return not any(isinstance(i, np.ndarray) for i in index)
+
+
+def _getitem_vjp(g, out, x, index):
+    if None not in x.shape:
+        return (apply("getitem_grad", (g,), {"index": index, "shape": x.shape}),)
+    return (apply("getitem_grad", (g, x), {"index": index, "shape": None}),)
+
+
+def _getitem_grad_kernel(g, ref=None, index=(), shape=None):
+    shape = ref.shape if ref is not None else shape
+    out = np.zeros(shape, dtype=g.dtype)
+    if _is_basic(index):
+        out[index] = g
+    else:
+        np.add.at(out, index, g)   # repeated indices accumulate
+    return out
+
+
+def _getitem_grad_spec(inputs, index, shape):
+    g = inputs[0]
+    return (inputs[1].shape if shape is None else tuple(shape)), g.dtype
+
+
+def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
+    return (getitem(g, index),) + (None,) * len(ref)
+
+
+defop("getitem", _getitem_kernel, _getitem_spec, _getitem_vjp, VIEW)
+defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, _getitem_grad_vjp, SHAPE_REF,
+      doc="zeros of x's shape with g scattered (added) at index: the VJP of getitem")
+
+
+def getitem(x, index):
+    """``x[index]`` with ints, slices, None, Ellipsis and integer/bool arrays (numpy semantics)."""
+    (x,) = coerce(x)
+    return apply("getitem", (x,), {"index": normalize_index(index)})
+
+
+# ------------------------------------------------------------------ concatenate, stack and their VJPs
+def _concat_spec(inputs, axis):
+    first = inputs[0]
+    for x in inputs[1:]:
+        if x.ndim != first.ndim:
+            raise ShapeError("all inputs must have the same rank, got "
+                             + ", ".join(format_shape(t.shape) for t in inputs))
+    shape = []
+    for a in range(first.ndim):
+        dims = [x.shape[a] for x in inputs]
+        if a == axis:
+            shape.append(None if None in dims else int(np.sum(dims)))
+            continue
+        known = {d for d in dims if d is not None}
+        if len(known) > 1:
+            raise ShapeError(f"sizes differ along axis {a}: " + ", ".join(format_shape(t.shape) for t in inputs))
+        shape.append(known.pop() if known else None)
+    return tuple(shape), np.result_type(*(x.dtype for x in inputs))
+
+
+def _concat_kernel(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+def _concat_vjp(g, out, *xs, axis):
+    sizes = [x.shape[axis] for x in xs]
+    if None not in sizes:
+        grads, start = [], 0
+        for x, n in zip(xs, sizes):
+            index = (slice(None),) * axis + (slice(start, start + n),)
+            grads.append(getitem(g, index))
+            start += n
+        return tuple(grads)
+    return tuple(apply("split", (g,) + xs, {"axis": axis, "part": i}) for i in range(len(xs)))
+
+
+def _split_kernel(g, *refs, axis, part):
+    start = int(np.sum([r.shape[axis] for r in refs[:part]], dtype=np.int64))
+    index = (slice(None),) * axis + (slice(start, start + refs[part].shape[axis]),)
+    return g[index]
+
+
+def _split_spec(inputs, axis, part):
+    g, refs = inputs[0], inputs[1:]
+    shape = list(g.shape)
+    shape[axis] = refs[part].shape[axis]
+    return tuple(shape), g.dtype
+
+
+def _split_vjp(g, out, gin, *refs, axis, part):
+    pieces = [g if i == part else zeros_like(r, g.dtype) for i, r in enumerate(refs)]
+    return (concatenate(pieces, axis=axis),) + (None,) * len(refs)
+
+
+defop("concatenate", _concat_kernel, _concat_spec, _concat_vjp)
+defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF,
+      doc="the part-th piece of g cut as the refs were concatenated: the VJP of concatenate")
+
+
+def _zeros_like_kernel(ref, dtype):
+    return np.zeros(ref.shape, dtype=dtype)
+
+
+defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inputs[0].shape, np.dtype(dtype)), None,
+      NONDIFF | SHAPE_REF)
+
+
+def zeros_like(x, dtype=None):
+    (x,) = coerce(x)
+    dtype = np.dtype(dtype or x.dtype)
+    if None not in x.shape:
+        from ..tensor import constant
+        return constant(np.zeros(x.shape, dtype))
+    return apply("zeros_like", (x,), {"dtype": dtype})
+
+
+def concatenate(tensors, axis=0):
+    """numpy.concatenate along an existing axis."""
+    tensors = coerce(*tensors)
+    if not tensors:
+        raise ValueError("concatenate: need at least one tensor")
+    axis = normalize_axis(axis, tensors[0].ndim)[0]
+    return apply("concatenate", tensors, {"axis": axis})
+
+
+def _stack_spec(inputs, axis):
+    shape, dtype = _concat_spec([_Unsqueezed(x, axis) for x in inputs], axis)
+    shape = list(shape)
+    shape[axis] = len(inputs)
+    return tuple(shape), dtype
+
+
+class _Unsqueezed:
+    """A static stand-in for ``expand_dims(x, axis)`` so stack reuses concatenate's checks."""
+
+    def __init__(self, x, axis):
+        s = list(x.shape)
+        s.insert(axis, 1)
+        self.shape, self.ndim, self.dtype = tuple(s), len(s), x.dtype
+
+
+def _stack_kernel(*xs, axis):
+    return np.stack(xs, axis=axis)
+
+
+def _stack_vjp(g, out, *xs, axis):
+    return tuple(getitem(g, (slice(None),) * axis + (i,)) for i in range(len(xs)))
+
+
+defop("stack", _stack_kernel, _stack_spec, _stack_vjp)
+
+
+def stack(tensors, axis=0):
+    """numpy.stack along a new axis."""
+    tensors = coerce(*tensors)
+    if not tensors:
+        raise ValueError("stack: need at least one tensor")
+    axis = normalize_axis(axis, tensors[0].ndim + 1)[0]
+    return apply("stack", tensors, {"axis": axis})
+

@@ -1,0 +1,69 @@
+"""Optimization passes and the manager that runs them in order and records what each did.
+
+A pass is a plain function ``run(graph) -> (graph, PassStats)`` whose docstring says what it guarantees.
+The pipeline is an ordered list: no tags, no priorities.
+"""
+from __future__ import annotations
+
+import time
+
+from . import constant_fold, dce, prune
+from .stats import PassStats
+
+PASSES = {
+    "constant_fold": constant_fold.run,
+    "prune": prune.run,
+    "dce": dce.run,
+}
+
+DEFAULT = ["constant_fold", "prune", "dce"]
+
+
+def resolve(passes) -> list:
+    """Pass functions for a list of pass functions or names."""
+    out = []
+    for p in passes:
+        if callable(p):
+            out.append(p)
+        elif p in PASSES:
+            out.append(PASSES[p])
+        else:
+            raise ValueError(f"unknown pass {p!r}; known passes: {', '.join(PASSES)}")
+    return out
+
+
+def pass_name(fn) -> str:
+    for name, f in PASSES.items():
+        if f is fn:
+            return name
+    module = getattr(fn, "__module__", "") or ""
+    if module.startswith(__name__ + "."):
+        return module.rsplit(".", 1)[1]
+    return getattr(fn, "__name__", repr(fn))
+
+
+def run_pipeline(graph, passes):
+    """Run ``passes`` in order; returns the final graph and one ledger row per pass."""
+    rows = []
+    for fn in resolve(passes):
+        before = graph.op_counts()
+        n_before = len(graph.nodes)
+        start = time.perf_counter()
+        result = fn(graph)
+        seconds = time.perf_counter() - start
+        graph, stats = result if isinstance(result, tuple) else (result, None)
+        after = graph.op_counts()
+        rows.append({
+            "pass": stats.name if stats is not None else pass_name(fn),
+            "nodes_before": n_before,
+            "nodes_after": len(graph.nodes),
+            "seconds": seconds,
+            "changed": stats.changed if stats is not None else None,
+            "removed": {op: n - after.get(op, 0) for op, n in before.items() if n > after.get(op, 0)},
+            "added": {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)},
+            "fixed_point": stats.fixed_point if stats is not None else True,
+        })
+    return graph, rows
+
+
+__all__ = ["DEFAULT", "PASSES", "PassStats", "resolve", "run_pipeline"]

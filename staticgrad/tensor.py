@@ -1,0 +1,209 @@
+"""Tensor: one node of the symbolic DAG.
+
+This module is the bottom of the import ladder: it knows nothing of ops. The ops package attaches the
+operator methods (``+``, ``@``, ``.sum`` ...) to :class:`Tensor` when it is imported.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_ids = itertools.count()
+
+
+class StaticgradError(ValueError):
+    """Base class of staticgrad's value errors (bad shapes, bad feeds, bad graphs)."""
+
+
+class ShapeError(StaticgradError):
+    """A shape mismatch found while an expression is built."""
+
+
+class FeedError(StaticgradError):
+    """A compiled function was called with a missing, unknown or ill-shaped feed."""
+
+
+class GradError(StaticgradError):
+    """``sg.grad`` was asked for something it cannot give."""
+
+
+class Context:
+    """What is in force while tensors are being created: role, name scopes, provenance."""
+
+    __slots__ = ("role", "scopes", "adjoint_of", "rule")
+
+    def __init__(self):
+        self.role = "forward"
+        self.scopes = ()
+        self.adjoint_of = None   # the forward tensor whose VJP is being built
+        self.rule = None         # the op name of that VJP rule
+
+
+CONTEXT = Context()
+
+
+@contextmanager
+def name_scope(name: str):
+    """Group the tensors created inside under ``name`` (nested scopes join with '/')."""
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"name_scope: expected a non-empty name without '/', got {name!r}")
+    saved = CONTEXT.scopes
+    CONTEXT.scopes = saved + (name,)
+    try:
+        yield "/".join(CONTEXT.scopes)
+    finally:
+        CONTEXT.scopes = saved
+
+
+@contextmanager
+def building(role=None, adjoint_of=None, rule=None):
+    """Used by autodiff: tensors created inside carry this role and provenance."""
+    saved = (CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule)
+    if role is not None:
+        CONTEXT.role = role
+    if adjoint_of is not None:
+        CONTEXT.adjoint_of, CONTEXT.rule = adjoint_of, rule
+    try:
+        yield
+    finally:
+        CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule = saved
+
+
+def user_frame() -> str:
+    """``file:line`` of the innermost caller outside the staticgrad package (where the user wrote it)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<staticgrad>"
+
+
+def format_shape(shape) -> str:
+    if shape is None:
+        return "?"
+    inner = ", ".join("None" if d is None else str(d) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+class Tensor:
+    """A symbolic value: the result of ``op`` applied to ``inputs`` with ``attrs``.
+
+    ``shape`` is static: a tuple whose entries are ints or ``None`` for sizes known only at run time.
+    Leaves are placeholders, parameters and constants; their ``inputs`` are empty.
+    """
+
+    __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "name", "_requires_grad",
+                 "_value", "source", "role", "scope", "adjoint_of", "rule", "__weakref__")
+
+    # numpy must hand ``ndarray + tensor`` to Tensor.__radd__ instead of looping over the tensor.
+    __array_ufunc__ = None
+
+    def __init__(self, op, inputs=(), attrs=None, shape=(), dtype=np.float64, name=None,
+                 requires_grad=None, value=None, source=None):
+        self.id = next(_ids)
+        self.op = op
+        self.inputs = tuple(inputs)
+        self.attrs = attrs or {}
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.name = name
+        if requires_grad is None:
+            requires_grad = any(x._requires_grad for x in self.inputs)
+        self._requires_grad = bool(requires_grad)
+        self._value = value
+        self.source = source or user_frame()
+        self.role = CONTEXT.role
+        self.scope = "/".join(CONTEXT.scopes)
+        self.adjoint_of = CONTEXT.adjoint_of
+        self.rule = CONTEXT.rule
+
+    # ----------------------------------------------------------------- leaves
+    @property
+    def is_leaf(self) -> bool:
+        return not self.inputs
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def value(self):
+        """The numpy value of a parameter or constant (None for placeholders and op results)."""
+        if self._value is None:
+            return None
+        return self._value
+
+    @value.setter
+    def value(self, new):
+        if self.op != "parameter":
+            raise TypeError(f"only a parameter's value can be set, not a {self.op}'s ({self})")
+        arr = np.asarray(new)
+        if arr.shape != self.shape:
+            raise ShapeError(f"parameter {self.name!r}: expected a value of shape {format_shape(self.shape)}, "
+                             f"got {format_shape(arr.shape)}")
+        if not np.can_cast(arr.dtype, self.dtype, "same_kind"):
+            raise TypeError(f"parameter {self.name!r}: cannot cast {arr.dtype} to {self.dtype}")
+        self._value = np.array(arr, dtype=self.dtype, copy=True)
+
+    # ----------------------------------------------------------------- display
+    def label(self) -> str:
+        return self.name or f"{self.op}_{self.id}"
+
+    def __repr__(self):
+        name = f" {self.name!r}" if self.name else ""
+        return f"<Tensor {self.op}{name} shape={format_shape(self.shape)} dtype={self.dtype} at {self.source}>"
+
+    def __bool__(self):
+        raise TypeError("the truth value of a symbolic tensor is unknown until the graph runs; "
+                        "use sg.where for data-dependent choices")
+
+    def __len__(self):
+        if not self.shape or self.shape[0] is None:
+            raise TypeError(f"len() of a tensor of shape {format_shape(self.shape)}")
+        return self.shape[0]
+
+    __hash__ = object.__hash__
+
+    def __iter__(self):
+        raise TypeError("a symbolic tensor cannot be iterated; index it instead")
+
+
+def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tensor:
+    """A value fed at each call. ``None`` in ``shape`` means any size."""
+    shape = tuple(None if d is None else int(d) for d in shape)
+    if any(d is not None and d < 0 for d in shape):
+        raise ShapeError(f"placeholder {name!r}: negative size in shape {format_shape(shape)}")
+    dtype = np.dtype(dtype)
+    if requires_grad and dtype.kind not in "fc":
+        raise GradError(f"placeholder {name!r}: only floating tensors can require grad, not {dtype}")
+    return Tensor("placeholder", shape=shape, dtype=dtype, name=name, requires_grad=requires_grad)
+
+
+def parameter(value, name=None, dtype=None) -> Tensor:
+    """A trainable leaf: its value persists across calls and it requires grad."""
+    arr = np.array(value, dtype=dtype, copy=True)
+    if arr.dtype.kind in "biu":
+        arr = arr.astype(np.float64)
+    if arr.dtype.kind not in "fc":
+        raise TypeError(f"parameter {name!r}: expected a floating value, got dtype {arr.dtype}")
+    return Tensor("parameter", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=True, value=arr)
+
+
+def constant(value, name=None, dtype=None) -> Tensor:
+    """A fixed value baked into the graph."""
+    arr = np.array(value, dtype=dtype, copy=True)
+    if arr.dtype.kind not in "biufc":
+        raise TypeError(f"constant {name!r}: expected a numeric value, got dtype {arr.dtype}")
+    arr.setflags(write=False)
+    return Tensor("constant", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=False, value=arr)
