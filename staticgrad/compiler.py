@@ -79,17 +79,31 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None):
 
     graph = Graph.from_tensors(outs, pairs, inputs)
     graph.assign_roles()
+    unoptimized = graph
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes
-        graph, rows = passes_mod.run_pipeline(graph, pipeline)
+        graph, rows = passes_mod.run_pipeline(_copy(graph), pipeline)
         graph.assign_roles()
+    return link(graph, single, rows, unoptimized)
+
+
+def _copy(graph):
+    """A deep enough copy that passes editing nodes in place leave the unoptimized graph intact."""
+    return Graph({i: n.copy() for i, n in graph.nodes.items()}, graph.outputs, graph.updates, graph.inputs)
+
+
+def link(graph, single=False, rows=(), unoptimized=None) -> Function:
+    """A callable for an already optimized graph whose leaf nodes carry their tensors (``node.tensor``).
+
+    ``sg.load`` comes in here too, with a graph rebuilt from a file.
+    """
     order = schedule(graph)
     params = [i for i in order if graph.nodes[i].op == "parameter"]
     program = generate(graph, order, params, graph.inputs)
     param_tensors = [graph.nodes[i].tensor for i in params]
     update_list = [(graph.nodes[p].tensor, k) for k, (p, _) in enumerate(graph.updates)]
-    return Function(graph, program, single, param_tensors, update_list, rows)
+    return Function(graph, program, single, param_tensors, update_list, list(rows), unoptimized)
 
 
 def schedule(graph) -> list:

@@ -48,6 +48,7 @@ def run_pipeline(graph, passes):
     for fn in resolve(passes):
         before = graph.op_counts()
         n_before = len(graph.nodes)
+        ops_before = {i: n.op for i, n in graph.nodes.items()}
         start = time.perf_counter()
         result = fn(graph)
         seconds = time.perf_counter() - start
@@ -62,6 +63,10 @@ def run_pipeline(graph, passes):
             "removed": {op: n - after.get(op, 0) for op, n in before.items() if n > after.get(op, 0)},
             "added": {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)},
             "fixed_point": stats.fixed_point if stats is not None else True,
+            # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
+            "removed_ids": sorted(set(ops_before) - set(graph.nodes)),
+            "added_ids": sorted(set(graph.nodes) - set(ops_before)),
+            "replaced_ids": sorted(i for i, n in graph.nodes.items() if i in ops_before and ops_before[i] != n.op),
         })
     return graph, rows
 
