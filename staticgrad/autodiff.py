@@ -81,8 +81,8 @@ def grad(y, wrt, grad_output=None):
                                 f"shape {format_shape(y.shape)} (at {source})") from None
             if seed.shape != y.shape:
                 seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
-        adjoint = _reverse_sweep(y, wrt, seed)
-        return _results(wrt, adjoint, single)
+        adjoint, sweep = _reverse_sweep(y, wrt, seed)
+        return _results(wrt, adjoint, single, sweep)
 
 
 def _cone(graph: nx.DiGraph, y_id, wrt_ids):
@@ -100,13 +100,17 @@ def _reverse_sweep(y, wrt, seed):
     cone = _cone(graph, y.id, [w.id for w in wrt])
     contributions = {y.id: [seed]} if y.id in cone else {}
     adjoint = {}
+    sweep = []      # one step per node visited: what a reader of the backward pass wants to see
     for node_id in reversed(list(nx.topological_sort(graph))):
         parts = contributions.pop(node_id, None)
         if parts is None:
             continue
         node = graph.nodes[node_id]["tensor"]
-        g = _accumulate(parts)
+        with building(adjoint_of=node, rule="sum at fork"):
+            g = _accumulate(parts)
         adjoint[node_id] = g
+        step = {"node": node_id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
+        sweep.append(step)
         opdef = REGISTRY.get(node.op)
         if node.is_leaf or opdef is None or opdef.vjp is None:
             continue
@@ -118,17 +122,24 @@ def _reverse_sweep(y, wrt, seed):
             for x, gx, need in zip(node.inputs, grads, needed):
                 if gx is None or not need:
                     continue
-                contributions.setdefault(x.id, []).append(sum_to_shape(ops.as_tensor(gx, like=x.dtype), x))
-    return adjoint
+                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x)
+                contributions.setdefault(x.id, []).append(contribution)
+                step["sends"].append((x.id, contribution.id))
+    return adjoint, sweep
 
 
-def _results(wrt, adjoint, single):
+def _results(wrt, adjoint, single, sweep):
     out = []
     for w in wrt:
         g = adjoint.get(w.id)
         if g is None:
             # y does not depend on w: its gradient is zero (TF1 returns None here; zeros compose better).
             g = ops.zeros_like(w)
+        # The sweep that made g, for fn.trace and the DOT pictures; a shared tensor keeps the first.
+        if g.meta is None:
+            g.meta = {}
+        g.meta.setdefault("sweep", sweep)
+        g.meta.setdefault("grad_of", w.id)
         out.append(g)
     return out[0] if single else out
 

@@ -48,23 +48,24 @@ class Node:
     """One IR node: an op applied to other nodes (by id). Mutable, unlike the user's tensors."""
 
     __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "name", "role", "value", "source",
-                 "scope", "adjoint_of", "rule", "requires_grad", "tensor")
+                 "scope", "adjoint_of", "rule", "requires_grad", "tensor", "meta")
 
     def __init__(self, op, inputs=(), attrs=None, shape=(), dtype=np.float64, name=None, role="forward",
                  value=None, source="", scope="", adjoint_of=None, rule=None, requires_grad=False,
-                 tensor=None, id=None):
+                 tensor=None, id=None, meta=None):
         self.id = next(_node_ids) if id is None else id
         self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs or {})
         self.shape, self.dtype, self.name, self.role = tuple(shape), np.dtype(dtype), name, role
         self.value, self.source, self.scope = value, source, scope
         self.adjoint_of, self.rule, self.requires_grad, self.tensor = adjoint_of, rule, requires_grad, tensor
+        self.meta = meta
 
     @classmethod
     def from_tensor(cls, t: Tensor) -> "Node":
         return cls(t.op, [x.id for x in t.inputs], t.attrs, t.shape, t.dtype, t.name, t.role,
                    t._value if t.op == "constant" else None, t.source, t.scope,
                    t.adjoint_of.id if t.adjoint_of is not None else None, t.rule, t.requires_grad,
-                   tensor=t, id=t.id)
+                   tensor=t, id=t.id, meta=t.meta)
 
     def copy(self, **changes) -> "Node":
         new = Node.__new__(Node)

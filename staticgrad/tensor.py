@@ -100,7 +100,7 @@ class Tensor:
     """
 
     __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "name", "_requires_grad",
-                 "_value", "source", "role", "scope", "adjoint_of", "rule", "__weakref__")
+                 "_value", "source", "role", "scope", "adjoint_of", "rule", "meta", "__weakref__")
 
     # numpy must hand ``ndarray + tensor`` to Tensor.__radd__ instead of looping over the tensor.
     __array_ufunc__ = None
@@ -123,6 +123,7 @@ class Tensor:
         self.scope = "/".join(CONTEXT.scopes)
         self.adjoint_of = CONTEXT.adjoint_of
         self.rule = CONTEXT.rule
+        self.meta = None         # free-form annotations, e.g. the reverse sweep that made a gradient
 
     # ----------------------------------------------------------------- leaves
     @property
