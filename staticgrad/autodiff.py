@@ -8,7 +8,9 @@ from __future__ import annotations
 import networkx as nx
 
 from . import ops
+from . import stable
 from .graph import to_digraph
+from .rewrite import rewrite_tensors
 from .ops.registry import REGISTRY
 from .tensor import GradError, Tensor, building, format_shape, user_frame
 
@@ -96,6 +98,18 @@ def _cone(graph: nx.DiGraph, y_id, wrt_ids):
 
 
 def _reverse_sweep(y, wrt, seed):
+    graph = to_digraph([y])
+    order = [graph.nodes[i]["tensor"] for i in nx.topological_sort(graph)]
+    # Differentiate the numerically stable form of the graph (same math, finite gradients).
+    twin = rewrite_tensors(order, stable.RULES, keep=wrt)
+    if any(twin[t.id] is not t for t in order):
+        y = twin[y.id]
+        adjoint, sweep = _reverse_sweep_plain(y, [twin[w.id] for w in wrt], seed)
+        return {w.id: adjoint[twin[w.id].id] for w in wrt if twin[w.id].id in adjoint}, sweep
+    return _reverse_sweep_plain(y, wrt, seed)
+
+
+def _reverse_sweep_plain(y, wrt, seed):
     graph = to_digraph([y])
     cone = _cone(graph, y.id, [w.id for w in wrt])
     contributions = {y.id: [seed]} if y.id in cone else {}

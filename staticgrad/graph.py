@@ -77,6 +77,10 @@ class Node:
     def label(self) -> str:
         return self.name or f"{self.op}_{self.id}"
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
     def __repr__(self):
         return f"<Node {self.id} {self.op} {self.inputs} {self.shape}>"
 
@@ -124,6 +128,13 @@ class Graph:
         new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
         new.inputs = [mapping.get(i, i) for i in self.inputs]
         return new
+
+    def without_dead(self) -> "Graph":
+        """The same graph less the nodes nothing needs (what rewrites left behind)."""
+        live = self.live()
+        if len(live) == len(self.nodes):
+            return self
+        return Graph({i: n for i, n in self.nodes.items() if i in live}, self.outputs, self.updates, self.inputs)
 
     def consumers(self) -> dict:
         """{node id: [ids of the nodes that read it]} (one entry per use)."""

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import time
 
-from . import constant_fold, dce, prune
+from . import constant_fold, cse, dce, prune, simplify, stabilize
 from .stats import PassStats
 
 PASSES = {
     "constant_fold": constant_fold.run,
     "prune": prune.run,
+    "simplify": simplify.run,
+    "stabilize": stabilize.run,
+    "cse": cse.run,
     "dce": dce.run,
 }
 
-DEFAULT = ["constant_fold", "prune", "dce"]
+# Order matters: simplify exposes the canonical forms stabilize matches (x*-1 as -x); folding again after
+# the rewrites catches constants they created; CSE then merges forward and backward twins.
+DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "cse", "simplify", "cse", "dce"]
 
 
 def resolve(passes) -> list:

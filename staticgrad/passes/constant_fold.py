@@ -8,7 +8,9 @@ from .stats import PassStats
 
 LEAVES = ("placeholder", "parameter", "constant")
 SHAPE_ONLY = ("size", "zeros_like")     # ops that read nothing of their inputs but the shape
-MAX_GROWTH = 1 << 20                    # never materialize a broadcast bigger than this many elements
+MAX_GROWTH = 1 << 20                    # never materialize a constant bigger than this many elements
+# A broadcast of a constant stays a (free) view: simplify lets elementwise ops read the scalar directly.
+BROADCASTS = ("broadcast_to", "broadcast_like")
 
 
 def _ref_positions(node):
@@ -34,7 +36,7 @@ def evaluate(node, inputs):
         warnings.simplefilter("ignore")
         value = np.asarray(REGISTRY[node.op].kernel(*args, **node.attrs))
     biggest = max((np.size(a) for a in args), default=1)
-    if value.size > MAX_GROWTH and value.size > biggest:
+    if value.size > biggest and (node.op in BROADCASTS or value.size > MAX_GROWTH):
         return None
     if value.dtype != node.dtype:
         value = value.astype(node.dtype)

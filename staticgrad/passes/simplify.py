@@ -1,0 +1,192 @@
+"""Algebraic simplification that keeps IEEE results exact."""
+import numpy as np
+
+from ..ops.registry import ELEMENTWISE, REGISTRY
+from ..rewrite import is_scalar_const, rewrite_graph, same_type, scalar_value
+from ..tensor import ShapeError
+from .stats import PassStats
+
+
+def _identity_operand(rw, node, neutral, positions=(0, 1)):
+    """The operand ``x`` of ``x op neutral`` when the result is x itself (same shape and dtype)."""
+    a, b = rw.inputs(node)
+    for k, (x, other) in enumerate(((a, b), (b, a))):
+        if k in positions and same_type(x, node) and _all_equal(rw, other, neutral):
+            return x
+    return None
+
+
+def _all_equal(rw, n, value) -> bool:
+    v = rw.const_value(n)
+    return v is not None and v.size > 0 and bool(np.all(v == value))
+
+
+def add_zero(rw, node):
+    """x + 0 -> x; a + -b -> a - b; -a + b -> b - a."""
+    x = _identity_operand(rw, node, 0)
+    if x is not None:
+        return x
+    a, b = rw.inputs(node)
+    if b.op == "neg":
+        return rw.make("sub", [a, rw.inputs(b)[0]])
+    if a.op == "neg":
+        return rw.make("sub", [b, rw.inputs(a)[0]])
+    return None
+
+
+def sub_zero(rw, node):
+    """x - 0 -> x; a - -b -> a + b."""
+    x = _identity_operand(rw, node, 0, positions=(0,))
+    if x is not None:
+        return x
+    a, b = rw.inputs(node)
+    if b.op == "neg":
+        return rw.make("add", [a, rw.inputs(b)[0]])
+    return None
+
+
+def mul_one(rw, node):
+    """x * 1 -> x; x * -1 -> -x; (x * c1) * c2 -> x * (c1 * c2) for scalar constants."""
+    x = _identity_operand(rw, node, 1)
+    if x is not None:
+        return x
+    a, b = rw.inputs(node)
+    for x, c in ((a, b), (b, a)):
+        cv = scalar_value(rw, c)
+        if cv is None:
+            continue
+        if cv == -1 and same_type(x, node):
+            return rw.make("neg", [x])
+        if x.op == "mul":
+            for y, d in (tuple(rw.inputs(x)), tuple(reversed(rw.inputs(x)))):
+                dv = scalar_value(rw, d)
+                if dv is not None and same_type(y, node) and c.dtype == node.dtype and d.dtype == node.dtype:
+                    return rw.make("mul", [y, rw.const(np.multiply(rw.const_value(c).reshape(()),
+                                                                   rw.const_value(d).reshape(())), node.dtype)])
+    return None
+
+
+def div_one(rw, node):
+    """x / 1 -> x."""
+    return _identity_operand(rw, node, 1, positions=(0,))
+
+
+def neg_neg(rw, node):
+    """--x -> x."""
+    (x,) = rw.inputs(node)
+    return rw.inputs(x)[0] if x.op == "neg" else None
+
+
+def transpose_transpose(rw, node):
+    """transpose(transpose(x)) -> one transpose, or x when the permutations cancel."""
+    (x,) = rw.inputs(node)
+    axes = node.attrs["axes"]
+    if x.op == "transpose":
+        inner = x.attrs["axes"]
+        axes = tuple(inner[a] for a in axes)
+        x = rw.inputs(x)[0]
+        if axes != tuple(range(len(axes))):
+            return rw.make("transpose", [x], {"axes": axes})
+    return x if axes == tuple(range(len(axes))) else None
+
+
+def reshape_same(rw, node):
+    """reshape to the shape x already has -> x; reshape(reshape(x)) -> reshape(x)."""
+    (x,) = rw.inputs(node)
+    if tuple(x.shape) == tuple(node.shape) and x.shape.count(None) <= 1:
+        return x
+    if x.op in ("reshape", "squeeze", "expand_dims"):
+        return rw.make("reshape", [rw.inputs(x)[0]], node.attrs)
+    return None
+
+
+def squeeze_expand(rw, node):
+    """squeeze(expand_dims(x, a), a) -> x and the reverse."""
+    (x,) = rw.inputs(node)
+    inverse = {"squeeze": "expand_dims", "expand_dims": "squeeze"}[node.op]
+    if x.op == inverse and x.attrs["axis"] == node.attrs["axis"]:
+        return rw.inputs(x)[0]
+    return None
+
+
+def sum_size_one(rw, node):
+    """A sum or mean over axes of size 1 only -> x itself (keepdims) or x squeezed."""
+    (x,) = rw.inputs(node)
+    axes = node.attrs["axis"]
+    if not axes or any(x.shape[a] != 1 for a in axes) or x.dtype != node.dtype:
+        return None
+    if node.attrs["keepdims"]:
+        return x
+    return rw.make("squeeze", [x], {"axis": axes})
+
+
+def cast_same(rw, node):
+    (x,) = rw.inputs(node)
+    return x if x.dtype == node.dtype else None
+
+
+def scalar_broadcast(rw, node):
+    """An elementwise op reading broadcast_to(c) of a scalar-shaped c reads c itself (numpy broadcasts)."""
+    inputs = rw.inputs(node)
+    changed = False
+    for k, x in enumerate(inputs):
+        if x.op in ("broadcast_to", "broadcast_like"):
+            src = rw.inputs(x)[0]
+            if all(d == 1 for d in src.shape):
+                inputs[k], changed = src, True
+    if not changed:
+        return None
+    try:
+        shape, dtype = REGISTRY[node.op].infer(inputs, **node.attrs)
+    except ShapeError:
+        return None
+    if tuple(shape) != tuple(node.shape) or dtype != node.dtype:
+        return None
+    return rw.make(node.op, inputs, node.attrs)
+
+
+def unary_of_broadcast(rw, node):
+    """f(broadcast(c)) -> broadcast(f(c)) for a constant c, with f(c) computed now."""
+    (x,) = rw.inputs(node)
+    if x.op not in ("broadcast_to", "broadcast_like") or node.dtype.kind not in "fc":
+        return None
+    src, *refs = rw.inputs(x)
+    value = rw.const_value(src)
+    if value is None:
+        return None
+    with np.errstate(all="ignore"):
+        folded = rw.const(REGISTRY[node.op].kernel(value, **node.attrs), node.dtype)
+    return rw.make(x.op, [folded, *refs], x.attrs)
+
+
+RULES = {
+    "add": [add_zero, scalar_broadcast],
+    "sub": [sub_zero, scalar_broadcast],
+    "mul": [mul_one, scalar_broadcast],
+    "div": [div_one, scalar_broadcast],
+    "neg": [neg_neg],
+    "transpose": [transpose_transpose],
+    "reshape": [reshape_same],
+    "squeeze": [squeeze_expand],
+    "expand_dims": [squeeze_expand],
+    "sum": [sum_size_one],
+    "mean": [sum_size_one],
+    "cast": [cast_same],
+}
+for _name, _op in REGISTRY.items():
+    # Every other elementwise op with two or more inputs also reads scalar broadcasts directly.
+    if _op.has(ELEMENTWISE) and _name not in RULES and _name != "cast":
+        RULES[_name] = [scalar_broadcast]
+for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
+              "square", "softplus"):
+    RULES.setdefault(_name, []).append(unary_of_broadcast)
+
+
+def run(graph):
+    """x+0, x-0, x*1, x/1, --x, transpose of transpose, reshape to the same shape, reshape of reshape,
+    sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b and
+    scalar broadcasts read directly. Each rewrite keeps the node's shape and dtype, and none turns a NaN
+    or an infinity into a number (no x*0 -> 0, no x-x -> 0).
+    """
+    graph, fired, fixed = rewrite_graph(graph, RULES)
+    return graph, PassStats("simplify", changed=fired, fixed_point=fixed)

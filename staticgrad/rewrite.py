@@ -1,0 +1,174 @@
+"""A small rule engine: local rewrites keyed by op name, applied until nothing more matches.
+
+A rule is ``rule(rw, node) -> replacement or None``. It reads the graph only through the rewriter ``rw``
+(``rw.inputs(n)``, ``rw.const_value(n)``) and builds only through ``rw.make`` / ``rw.const``, so the same
+rule runs on the compiler's IR (passes) and on user tensors (autodiff differentiates stable forms).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Graph, Node
+from .ops.registry import REGISTRY, apply
+from .tensor import Tensor, constant
+
+LAYOUT = ("reshape", "transpose", "expand_dims", "squeeze")   # single-input ops that only move data
+
+
+class IRRewriter:
+    """Rules over IR nodes; new nodes inherit provenance from the node being rewritten."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.template = None
+
+    def inputs(self, n):
+        return [self.graph.nodes[i] for i in n.inputs]
+
+    def const_value(self, n):
+        return n.value if n.op == "constant" else None
+
+    def make(self, op, inputs, attrs=None):
+        attrs = dict(attrs or {})
+        shape, dtype = REGISTRY[op].infer(inputs, **attrs)
+        t = self.template
+        node = Node(op, [x.id for x in inputs], attrs, shape, dtype, role=t.role, source=t.source, scope=t.scope,
+                    adjoint_of=t.adjoint_of, rule=t.rule, requires_grad=any(x.requires_grad for x in inputs))
+        self.graph.add(node)
+        return node
+
+    def const(self, value, dtype):
+        arr = np.array(value, dtype=dtype)
+        arr.setflags(write=False)
+        t = self.template
+        node = Node("constant", (), {}, arr.shape, arr.dtype, role=t.role, value=arr, source=t.source,
+                    scope=t.scope)
+        self.graph.add(node)
+        return node
+
+
+class _Opaque:
+    """A tensor rules may use but not look into (gradients are asked with respect to it)."""
+
+    op = "opaque"
+
+    def __init__(self, tensor):
+        self.tensor, self.shape, self.dtype, self.ndim = tensor, tensor.shape, tensor.dtype, tensor.ndim
+        self.attrs, self.requires_grad = {}, tensor.requires_grad
+
+
+class TensorRewriter:
+    """Rules over user tensors: builds new tensors, leaves the originals untouched."""
+
+    def __init__(self, keep=()):
+        self.keep = set(keep)
+        self.template = None
+
+    def inputs(self, n):
+        return [_Opaque(x) if x.id in self.keep else x for x in n.inputs]
+
+    def const_value(self, n):
+        return n._value if n.op == "constant" else None
+
+    def make(self, op, inputs, attrs=None):
+        inputs = tuple(x.tensor if isinstance(x, _Opaque) else x for x in inputs)
+        return apply(op, inputs, dict(attrs or {}), source=self.template.source)
+
+    def const(self, value, dtype):
+        return constant(value, dtype=dtype)
+
+
+def scalar_value(rw, n):
+    """The Python value of a constant holding one number (any shape of size 1), else None."""
+    v = rw.const_value(n)
+    if v is None or v.size != 1:
+        return None
+    return v.reshape(()).item()
+
+
+def is_scalar_const(rw, n, value) -> bool:
+    """Whether ``n`` is a constant equal to ``value`` everywhere that broadcasts like a scalar would."""
+    v = rw.const_value(n)
+    return v is not None and v.size >= 1 and bool(np.all(v == value)) and (v.size == 1 or v.ndim == 0)
+
+
+def peel_layout(rw, n):
+    """Follow reshape/transpose/expand_dims/squeeze down from ``n``: (inner node, [(op, attrs), ...])."""
+    layers = []
+    while n.op in LAYOUT:
+        layers.append((n.op, n.attrs))
+        n = rw.inputs(n)[0]
+    return n, layers
+
+
+def wrap_layout(rw, n, layers):
+    """Re-apply layout ``layers`` (outermost first, as peel_layout returns them) on top of ``n``."""
+    for op, attrs in reversed(layers):
+        n = rw.make(op, [n], attrs)
+    return n
+
+
+def same_type(a, b) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
+
+
+def apply_rules(rw, node, rules, limit=16):
+    """Rewrite ``node`` with the first matching rule, and its result again, until none matches."""
+    current, fired = node, 0
+    while fired < limit:
+        for rule in rules.get(current.op, ()):
+            rw.template = node
+            result = rule(rw, current)
+            if result is not None and result is not current:
+                current, fired = result, fired + 1
+                break
+        else:
+            break
+    return current, fired
+
+
+def rewrite_graph(graph: Graph, rules: dict, max_rounds: int = 10):
+    """Apply ``rules`` over ``graph`` until a fixed point; returns (graph, rewrites, reached fixed point)."""
+    total = 0
+    for _ in range(max_rounds):
+        fired_round = 0
+
+        def visit(new, node):
+            nonlocal fired_round
+            if node.op not in rules:
+                return node.id
+            rw = IRRewriter(new)
+            result, fired = apply_rules(rw, node, rules)
+            fired_round += fired
+            return result.id
+        graph = graph.rebuild(visit).without_dead()
+        total += fired_round
+        if not fired_round:
+            return graph, total, True
+    return graph, total, False
+
+
+def rewrite_tensors(order, rules, keep=()):
+    """Twin of a tensor graph (in topological ``order``) with ``rules`` applied: {old id: new tensor}.
+
+    Tensors in ``keep`` are never rewritten away (so gradients with respect to them stay defined).
+    Untouched tensors map to themselves; consumers of rewritten tensors are rebuilt on the new inputs.
+    """
+    keep = {t.id for t in keep}
+    rw = TensorRewriter(keep)
+    twin = {}
+    for t in order:
+        if t.is_leaf:
+            twin[t.id] = t
+            continue
+        inputs = [twin[x.id] for x in t.inputs]
+        current = t
+        if any(a is not b for a, b in zip(inputs, t.inputs)):
+            current = Tensor(t.op, inputs, t.attrs, t.shape, t.dtype, name=t.name, source=t.source)
+        if t.id in keep:
+            rw.keep.add(current.id)
+        elif current.op in rules:
+            rw.template = t
+            current, _ = apply_rules(rw, current, rules)
+        twin[t.id] = current
+    return twin

@@ -1,0 +1,138 @@
+"""Numerically stable forms of expressions that overflow or cancel when computed as written.
+
+Used twice: the ``stabilize`` pass rewrites the compiled forward graph, and ``sg.grad`` differentiates the
+stable form, so that values AND gradients stay finite wherever the math is finite (log(sigmoid(x)) at
+x = -1000 is -1000 with gradient 1). Each rule also fires through reshape/transpose between its ops, and
+sees ``x * -1`` as ``-x`` and ``1 + -s`` as ``1 - s``.
+"""
+from __future__ import annotations
+
+from .rewrite import is_scalar_const, peel_layout, same_type, scalar_value, wrap_layout
+
+
+def _negated(rw, n):
+    """``x`` if ``n`` computes -x (neg, or mul by the constant -1), else None."""
+    if n.op == "neg":
+        return rw.inputs(n)[0]
+    if n.op == "mul":
+        a, b = rw.inputs(n)
+        if scalar_value(rw, b) == -1 and same_type(a, n):
+            return a
+        if scalar_value(rw, a) == -1 and same_type(b, n):
+            return b
+    return None
+
+
+def _one_minus(rw, n):
+    """``s`` if ``n`` computes 1 - s (sub, or 1 + -s in either order), else None."""
+    if n.op == "sub":
+        a, b = rw.inputs(n)
+        if is_scalar_const(rw, a, 1) and same_type(b, n):
+            return b
+        return None
+    if n.op == "add":
+        a, b = rw.inputs(n)
+        for one, other in ((a, b), (b, a)):
+            if is_scalar_const(rw, one, 1):
+                s = _negated(rw, other)
+                if s is not None and same_type(s, n):
+                    return s
+    return None
+
+
+def _plus_one(rw, n):
+    """``x`` if ``n`` computes 1 + x or x + 1 (x keeps the shape of n), else None."""
+    if n.op != "add":
+        return None
+    a, b = rw.inputs(n)
+    if is_scalar_const(rw, b, 1) and same_type(a, n):
+        return a
+    if is_scalar_const(rw, a, 1) and same_type(b, n):
+        return b
+    return None
+
+
+def log_of_sigmoid(rw, node):
+    """log(sigmoid(x)) -> -softplus(-x); log(1 - sigmoid(x)) -> -softplus(x)."""
+    arg, outer = peel_layout(rw, rw.inputs(node)[0])
+    if arg.op == "sigmoid":
+        x = rw.inputs(arg)[0]
+        out = rw.make("neg", [rw.make("softplus", [rw.make("neg", [x])])])
+        return wrap_layout(rw, out, outer)
+    s = _one_minus(rw, arg)
+    if s is not None:
+        s, mid = peel_layout(rw, s)
+        if s.op == "sigmoid":
+            x = rw.inputs(s)[0]
+            out = rw.make("neg", [rw.make("softplus", [x])])
+            return wrap_layout(rw, wrap_layout(rw, out, mid), outer)
+    return None
+
+
+def log_of_softmax(rw, node):
+    """log(softmax(x)) -> log_softmax(x)."""
+    arg, outer = peel_layout(rw, rw.inputs(node)[0])
+    if arg.op == "softmax":
+        return wrap_layout(rw, rw.make("log_softmax", rw.inputs(arg), arg.attrs), outer)
+    return None
+
+
+def log_of_sum_exp(rw, node):
+    """log(sum(exp(x))) -> logsumexp(x), also when a transpose (or, for a full sum, any layout) sits inside."""
+    arg, outer = peel_layout(rw, rw.inputs(node)[0])
+    if arg.op != "sum":
+        return None
+    inner, layers = peel_layout(rw, rw.inputs(arg)[0])
+    if inner.op != "exp":
+        return None
+    x = rw.inputs(inner)[0]
+    axes, keepdims = arg.attrs["axis"], arg.attrs["keepdims"]
+    if layers:
+        full = tuple(range(rw.inputs(arg)[0].ndim))
+        if axes == full and not keepdims:
+            axes = tuple(range(x.ndim))
+        elif all(op == "transpose" for op, _ in layers):
+            # Map the summed axes back through the transposes to x's own axes.
+            perm = list(range(x.ndim))
+            for _, attrs in reversed(layers):
+                perm = [perm[a] for a in attrs["axes"]]
+            if keepdims:
+                return None
+            axes = tuple(sorted(perm[a] for a in axes))
+        else:
+            return None
+    return wrap_layout(rw, rw.make("logsumexp", [x], {"axis": axes, "keepdims": keepdims}), outer)
+
+
+def log_of_one_plus(rw, node):
+    """log(1 + x) -> log1p(x)."""
+    arg, outer = peel_layout(rw, rw.inputs(node)[0])
+    x = _plus_one(rw, arg)
+    if x is None or x.dtype.kind not in "fc":
+        return None
+    return wrap_layout(rw, rw.make("log1p", [x]), outer)
+
+
+def exp_minus_one(rw, node):
+    """exp(x) - 1 -> expm1(x) (also exp(x) + -1)."""
+    a, b = rw.inputs(node)
+    if node.op == "sub" and not is_scalar_const(rw, b, 1):
+        return None
+    if node.op == "add":
+        if is_scalar_const(rw, b, -1):
+            pass
+        elif is_scalar_const(rw, a, -1):
+            a, b = b, a
+        else:
+            return None
+    inner, layers = peel_layout(rw, a)
+    if inner.op != "exp" or not same_type(a, node):
+        return None
+    return wrap_layout(rw, rw.make("expm1", rw.inputs(inner)), layers)
+
+
+RULES = {
+    "log": [log_of_sigmoid, log_of_softmax, log_of_sum_exp, log_of_one_plus],
+    "sub": [exp_minus_one],
+    "add": [exp_minus_one],
+}
