@@ -1,0 +1,169 @@
+"""Feeding compiled functions: mini-batches over numpy arrays, running a function over them, fitting.
+
+The graph is compiled once; these helpers only slice arrays and call it, batch after batch.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .progress import Progress
+
+
+class Batches:
+    """Mini-batches over arrays that share their first axis; iterate it once per epoch.
+
+    Each batch is a tuple with one slice per array (just the slice when there is one array), ready to be
+    passed positionally to a compiled function. With ``shuffle`` every epoch draws a new order from one
+    generator seeded by ``seed``, so a run is reproducible and epochs differ. ``drop_last`` skips the
+    final short batch.
+    """
+
+    def __init__(self, *arrays, batch_size=32, shuffle=False, seed=None, drop_last=False):
+        if not arrays:
+            raise ValueError("Batches: give at least one array")
+        self.arrays = [np.asarray(a) for a in arrays]
+        sizes = {len(a) if a.ndim else None for a in self.arrays}
+        if None in sizes or len(sizes) != 1:
+            shapes = ", ".join(str(a.shape) for a in self.arrays)
+            raise ValueError(f"Batches: arrays must share their first axis, got shapes {shapes}")
+        self.n = sizes.pop()
+        batch_size = int(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"Batches: batch_size must be positive, got {batch_size}")
+        self.batch_size, self.shuffle, self.drop_last = batch_size, bool(shuffle), bool(drop_last)
+        self._rng = np.random.default_rng(seed)
+
+    def __len__(self):
+        if self.drop_last:
+            return self.n // self.batch_size
+        return math.ceil(self.n / self.batch_size)
+
+    def __iter__(self):
+        order = self._rng.permutation(self.n) if self.shuffle else None
+        for k in range(len(self)):
+            start = k * self.batch_size
+            if order is None:
+                parts = [a[start:start + self.batch_size] for a in self.arrays]
+            else:
+                idx = order[start:start + self.batch_size]
+                parts = [a[idx] for a in self.arrays]
+            yield parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def batches(*arrays, batch_size=32, shuffle=False, seed=None, drop_last=False) -> Batches:
+    """Mini-batches over ``arrays`` (see :class:`Batches`)."""
+    return Batches(*arrays, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+
+def _call(fn, batch):
+    if isinstance(batch, dict):
+        return fn(batch)
+    if isinstance(batch, (tuple, list)):
+        return fn(*batch)
+    return fn(batch)
+
+
+def _first_scalar(result):
+    """The value to show on the bar: the output itself, or the first output of several, when scalar."""
+    first = result[0] if isinstance(result, list) and result else result
+    arr = np.asarray(first) if isinstance(first, (np.ndarray, np.generic, float, int)) else None
+    return float(arr) if arr is not None and arr.ndim == 0 else None
+
+
+def run_batches(fn, batches, progress=None, desc=None, name="loss"):
+    """Call ``fn`` on every batch and return the list of what it returned.
+
+    A batch may be a tuple (positional feeds), a dict (feeds by placeholder or name) or one array.
+    ``progress``: None shows a bar only on a terminal, False never, True always, or a
+    :class:`~staticgrad.progress.Progress` to advance (left open for the caller). When ``fn`` returns a
+    scalar first, the bar shows its running mean as ``name``.
+    """
+    own = not isinstance(progress, Progress)
+    if own:
+        try:
+            total = len(batches)
+        except TypeError:
+            total = None
+        enabled = None if progress is None else bool(progress)
+        bar = Progress(total=total, desc=desc or "", enabled=enabled)
+    else:
+        bar = progress
+    results, running, count = [], 0.0, 0
+    try:
+        for batch in batches:
+            result = _call(fn, batch)
+            results.append(result)
+            value = _first_scalar(result)
+            if value is not None:
+                running, count = running + value, count + 1
+                bar.update(1, **{name: running / count})
+            else:
+                bar.update(1)
+    finally:
+        if own:
+            bar.close()
+    return results
+
+
+class History:
+    """What :func:`fit` saw: ``history.loss[e]`` is the mean loss of epoch e, ``history.metrics`` the
+    values ``validate`` returned (one dict per epoch)."""
+
+    def __init__(self):
+        self.loss = []
+        self.metrics = []
+
+    def __repr__(self):
+        last = f", last loss {self.loss[-1]:.4g}" if self.loss else ""
+        return f"<History {len(self.loss)} epochs{last}>"
+
+
+def fit(step, data, epochs=1, progress=None, validate=None, log=None):
+    """Train by calling the compiled ``step`` on every batch of ``data`` for ``epochs`` epochs.
+
+    ``step`` returns the loss (alone or first of its outputs). ``data`` is re-iterated each epoch
+    (a :class:`Batches`, or any re-iterable of batches). One bar covers the whole run, showing the epoch
+    and the epoch's running mean loss (terminal only unless ``progress=True``). ``validate()``, if
+    given, is called after each epoch and returns a dict of metrics shown on the bar and kept in the
+    history. ``log(epoch, loss, metrics)`` is called after each epoch too.
+    """
+    epochs = int(epochs)
+    try:
+        per_epoch = len(data)
+    except TypeError:
+        per_epoch = None
+    total = per_epoch * epochs if per_epoch is not None else None
+    if isinstance(progress, Progress):
+        bar, own = progress, False
+    else:
+        bar, own = Progress(total=total, enabled=None if progress is None else bool(progress)), True
+    history = History()
+    try:
+        for epoch in range(1, epochs + 1):
+            bar.set_description(f"epoch {epoch}/{epochs}")
+            results = run_batches(step, data, progress=bar)
+            losses = [v for v in map(_first_scalar, results) if v is not None]
+            loss = float(np.mean(losses)) if losses else float("nan")
+            history.loss.append(loss)
+            metrics = dict(validate()) if validate is not None else {}
+            history.metrics.append(metrics)
+            if metrics:
+                bar.set_postfix(**metrics)
+            if log is not None:
+                log(epoch, loss, metrics)
+    finally:
+        if own:
+            bar.close()
+    return history
+
+
+def predict(fn, *arrays, batch_size=1024):
+    """``fn`` applied to ``arrays`` in batches (to bound memory), its outputs concatenated along axis 0."""
+    results = run_batches(fn, Batches(*arrays, batch_size=batch_size), progress=False)
+    if not results:
+        raise ValueError("predict: no data")
+    if isinstance(results[0], list):
+        return [np.concatenate([r[k] for r in results]) for k in range(len(results[0]))]
+    return np.concatenate(results)

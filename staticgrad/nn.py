@@ -1,0 +1,188 @@
+"""Layers, initializers and losses. Everything returns ordinary graph tensors.
+
+A layer is called on a tensor and returns a tensor; ``.parameters()`` lists the parameter tensors it
+owns, which is what optimizers and ``sg.save_parameters`` take.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .tensor import Tensor, parameter
+
+
+# ------------------------------------------------------------------ initializers
+def _rng(seed):
+    # A Generator passed in is used as is, so one seed can drive a whole model reproducibly.
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _fans(shape):
+    if len(shape) < 2:
+        raise ValueError(f"fan-in/fan-out need a shape with at least 2 axes, got {shape}")
+    receptive = int(np.prod(shape[2:], dtype=np.int64)) if len(shape) > 2 else 1
+    return shape[0] * receptive, shape[1] * receptive
+
+
+def glorot_uniform(shape, seed=None, dtype="float64"):
+    """U(-a, a) with a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010); shape is (fan_in, fan_out)."""
+    fan_in, fan_out = _fans(shape)
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return _rng(seed).uniform(-limit, limit, size=shape).astype(dtype)
+
+
+def glorot_normal(shape, seed=None, dtype="float64"):
+    """N(0, 2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(shape)
+    return _rng(seed).normal(0.0, np.sqrt(2.0 / (fan_in + fan_out)), size=shape).astype(dtype)
+
+
+def he_uniform(shape, seed=None, dtype="float64"):
+    """U(-a, a) with a = sqrt(6 / fan_in) (He et al. 2015), for relu layers."""
+    fan_in, _ = _fans(shape)
+    limit = np.sqrt(6.0 / fan_in)
+    return _rng(seed).uniform(-limit, limit, size=shape).astype(dtype)
+
+
+def he_normal(shape, seed=None, dtype="float64"):
+    """N(0, 2 / fan_in), for relu layers."""
+    fan_in, _ = _fans(shape)
+    return _rng(seed).normal(0.0, np.sqrt(2.0 / fan_in), size=shape).astype(dtype)
+
+
+def zeros(shape, seed=None, dtype="float64"):
+    return np.zeros(shape, dtype=dtype)
+
+
+INITIALIZERS = {"glorot_uniform": glorot_uniform, "glorot_normal": glorot_normal, "glorot": glorot_uniform,
+                "he_uniform": he_uniform, "he_normal": he_normal, "he": he_normal, "zeros": zeros}
+
+
+def _initializer(init):
+    if callable(init):
+        return init
+    try:
+        return INITIALIZERS[init]
+    except KeyError:
+        raise ValueError(f"unknown initializer {init!r}; known: {', '.join(INITIALIZERS)}") from None
+
+
+# ------------------------------------------------------------------ activations
+ACTIVATIONS = {"relu": ops.relu, "tanh": ops.tanh, "sigmoid": ops.sigmoid, "softplus": ops.softplus,
+               "identity": lambda x: x, None: lambda x: x}
+
+
+def _activation(activation):
+    if callable(activation):
+        return activation
+    try:
+        return ACTIVATIONS[activation]
+    except KeyError:
+        known = ", ".join(k for k in ACTIVATIONS if k)
+        raise ValueError(f"unknown activation {activation!r}; known: {known}, or any callable") from None
+
+
+# ------------------------------------------------------------------ layers
+class Module:
+    """Base class: a callable that owns parameters (its own and those of sub-modules)."""
+
+    def parameters(self) -> list:
+        found, seen = [], set()
+        for value in vars(self).values():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            for item in items:
+                params = item.parameters() if isinstance(item, Module) else \
+                    [item] if isinstance(item, Tensor) and item.op == "parameter" else []
+                for p in params:
+                    if p.id not in seen:
+                        seen.add(p.id)
+                        found.append(p)
+        return found
+
+    def __call__(self, x):
+        raise NotImplementedError
+
+
+class Linear(Module):
+    """``x @ weight + bias`` with ``weight`` of shape (in_features, out_features).
+
+    ``init`` is an initializer name (glorot, he, ...) or a function ``(shape, seed, dtype) -> array``;
+    ``seed`` is an int or a numpy Generator.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, init="glorot_uniform", seed=None,
+                 dtype="float64", name="linear"):
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        values = _initializer(init)((self.in_features, self.out_features), seed=_rng(seed), dtype=dtype)
+        self.weight = parameter(values, name=f"{name}.weight", dtype=dtype)
+        self.bias = parameter(np.zeros(self.out_features, dtype), name=f"{name}.bias", dtype=dtype) if bias else None
+
+    def __call__(self, x):
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+    def __repr__(self):
+        return f"Linear({self.in_features}, {self.out_features}, bias={self.bias is not None})"
+
+
+class MLP(Module):
+    """Linear layers of the given ``sizes`` with ``activation`` between them (none after the last,
+    unless ``output_activation`` is given). ``init=None`` picks He for relu and Glorot otherwise."""
+
+    def __init__(self, sizes, activation="relu", output_activation=None, init=None, seed=0, dtype="float64",
+                 name="mlp"):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2:
+            raise ValueError(f"MLP needs at least an input and an output size, got {sizes}")
+        if init is None:
+            init = "he_normal" if activation == "relu" else "glorot_uniform"
+        rng = _rng(seed)
+        self.sizes = sizes
+        self.activation = _activation(activation)
+        self.output_activation = _activation(output_activation)
+        self.layers = [Linear(m, n, init=init, seed=rng, dtype=dtype, name=f"{name}.{k}")
+                       for k, (m, n) in enumerate(zip(sizes[:-1], sizes[1:]))]
+
+    def __call__(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.output_activation(self.layers[-1](x))
+
+    def __repr__(self):
+        return f"MLP({self.sizes})"
+
+
+class Sequential(Module):
+    """Apply modules (or plain functions of one tensor) one after another."""
+
+    def __init__(self, *layers):
+        self.layers = list(layers)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+# ------------------------------------------------------------------ losses (means over the batch)
+def mse(prediction, target):
+    """Mean of squared differences."""
+    return ops.mean(ops.square(prediction - target))
+
+
+def binary_cross_entropy_with_logits(logits, targets):
+    """Mean of -t log sigmoid(z) - (1-t) log(1 - sigmoid(z)), written stably as softplus(z) - t*z."""
+    return ops.mean(ops.softplus(logits) - targets * logits)
+
+
+def softmax_cross_entropy(logits, labels):
+    """Mean of -log softmax(logits)[label] over the batch; ``labels`` are integer classes."""
+    return ops.softmax_cross_entropy(logits, labels)
+
+
+def accuracy(logits, labels):
+    """Fraction of rows whose largest logit is the label (numpy arrays in, float out; for evaluation)."""
+    logits, labels = np.asarray(logits), np.asarray(labels)
+    if logits.ndim == labels.ndim:           # one logit per example: a binary classifier
+        return float(np.mean((logits > 0) == (labels > 0.5)))
+    return float(np.mean(np.argmax(logits, axis=-1) == labels))
