@@ -3,6 +3,7 @@
 The generated ``run`` takes the feeds positionally, reads each parameter's current value once, computes
 every node in schedule order, drops each intermediate right after its last use, and returns the outputs
 and the new parameter values. It does no graph work: kernels, constants and attributes are pre-bound.
+With a memory plan, results go into workspace buffers through ``out=`` (allocated once per plan).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from .ops.registry import REGISTRY
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
-_RESERVED = re.compile(r"^[vca]\d+$|^[a-z_]+_\d+$")   # the shapes of generated names
+_RESERVED = re.compile(r"^[vcawk]\d+$|^[a-z_0-9]+_\d+$")   # the shapes of generated names
 
 
 def _is_literal(value) -> bool:
@@ -35,26 +36,48 @@ def _identifier(name, taken) -> str | None:
 
 
 class Program:
-    """The generated source plus the namespace it runs in, and the line -> node map for error reports."""
+    """Generated source, the namespace it runs in, and the line -> node map used to explain failures."""
 
-    def __init__(self, source, namespace, line_nodes, var_names):
-        self.source, self.namespace, self.line_nodes, self.var_names = source, namespace, line_nodes, var_names
-        code = compile(source, "<staticgrad>", "exec")
-        exec(code, namespace)
+    def __init__(self, source, namespace, line_nodes, memory=None):
+        self.source, self.namespace, self.line_nodes, self.memory = source, namespace, line_nodes, memory
+        exec(compile(source, "<staticgrad>", "exec"), namespace)
         self.run = namespace["run"]
 
 
-def generate(graph, order, params, inputs) -> Program:
-    """Source for ``graph``'s nodes in ``order``; ``params`` and ``inputs`` are the leaf nodes in call order."""
-    namespace = {"np": np}
-    names, taken = {}, set(namespace) | {"run", "P"}
-    nodes = graph.nodes
+class _Names:
+    """Pre-bound globals of the generated module: one name per distinct kernel, constant or attribute."""
 
-    def bind(prefix, value):
-        name = f"{prefix}{len(namespace)}"
-        namespace[name] = value
+    def __init__(self):
+        self.namespace = {"np": np}
+        self._by_id = {}
+
+    def bind(self, prefix, value):
+        key = (prefix, id(value))
+        name = self._by_id.get(key)
+        if name is None:
+            name = f"{prefix}{len(self.namespace)}"
+            self.namespace[name] = value
+            self._by_id[key] = name
         return name
 
+    def kernel(self, op):
+        key = ("kernel", op)
+        name = self._by_id.get(key)
+        if name is None:
+            name = f"{op}_{len(self.namespace)}"
+            self.namespace[name] = REGISTRY[op].kernel
+            self._by_id[key] = name
+        return name
+
+
+def generate(graph, order, params, inputs, memory=None) -> Program:
+    """Source for ``graph``'s nodes in ``order``; ``params``/``inputs`` are leaf node ids in call order.
+
+    ``memory`` (a plan.MemoryPlan) sends results into workspace slots with ``out=``.
+    """
+    nodes = graph.nodes
+    ns = _Names()
+    names, taken = {}, set(ns.namespace) | {"run", "P"}
     arg_names = []
     for k, i in enumerate(inputs):
         name = _identifier(nodes[i].name, taken) or f"in{k}"
@@ -64,7 +87,7 @@ def generate(graph, order, params, inputs) -> Program:
 
     lines = [f"def run({', '.join(arg_names)}):"]
     line_nodes = {}
-    namespace["P"] = [nodes[i].tensor for i in params]
+    ns.namespace["P"] = [nodes[i].tensor for i in params]
     for k, i in enumerate(params):
         name = _identifier("p_" + (nodes[i].name or str(k)), taken) or f"p{k}"
         taken.add(name)
@@ -72,29 +95,40 @@ def generate(graph, order, params, inputs) -> Program:
         lines.append(f"    {name} = P[{k}]._value{_comment(nodes[i])}")
         line_nodes[len(lines)] = i
 
+    slots = {}
+    if memory is not None:
+        for k, (shape, dtype) in enumerate(memory.slots):
+            slots[k] = ns.bind("w", np.empty(shape, dtype))
+
     last_use = {}
     for step, i in enumerate(order):
         for j in nodes[i].inputs:
             last_use[j] = step
     keep = set(graph.outputs) | {e for _, e in graph.updates}
-
     counter, temps = 0, set()
     for step, i in enumerate(order):
         node = nodes[i]
         if node.op in ("placeholder", "parameter"):
             continue
         if node.op == "constant":
-            names[i] = bind("c", node.value)
+            names[i] = ns.bind("c", node.value)
             continue
         counter += 1
         var = f"v{counter}"
-        temps.add(var)
         names[i] = var
         args = [names[j] for j in node.inputs]
-        kernel = bind(f"{node.op}_", REGISTRY[node.op].kernel)
+        slot = memory.slot.get(i) if memory is not None else None
+        kernel = REGISTRY[node.op].kernel
         for key, value in node.attrs.items():
-            args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={bind('a', value)}")
-        lines.append(f"    {var} = {kernel}({', '.join(args)}){_comment(node)}")
+            args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
+        if slot is not None:
+            if isinstance(kernel, np.ufunc):
+                args.insert(len(node.inputs), slots[slot])
+            else:
+                args.append(f"out={slots[slot]}")
+        else:
+            temps.add(var)
+        lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}")
         line_nodes[len(lines)] = i
         dead = [names[j] for j in dict.fromkeys(node.inputs)
                 if last_use.get(j) == step and j not in keep and names[j] in temps]
@@ -104,7 +138,7 @@ def generate(graph, order, params, inputs) -> Program:
     outs = ", ".join(_output_expr(nodes[o], names[o]) for o in graph.outputs)
     ups = ", ".join(names[e] for _, e in graph.updates)
     lines.append(f"    return [{outs}], [{ups}]")
-    return Program("\n".join(lines) + "\n", namespace, line_nodes, names)
+    return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory)
 
 
 def _output_expr(node, name) -> str:

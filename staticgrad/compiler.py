@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import passes as passes_mod
-from .codegen import generate
 from .executor import Function
 from .graph import Graph
 from .ops.registry import as_tensor, broadcast_shapes
@@ -98,12 +97,7 @@ def link(graph, single=False, rows=(), unoptimized=None) -> Function:
 
     ``sg.load`` comes in here too, with a graph rebuilt from a file.
     """
-    order = schedule(graph)
-    params = [i for i in order if graph.nodes[i].op == "parameter"]
-    program = generate(graph, order, params, graph.inputs)
-    param_tensors = [graph.nodes[i].tensor for i in params]
-    update_list = [(graph.nodes[p].tensor, k) for k, (p, _) in enumerate(graph.updates)]
-    return Function(graph, program, single, param_tensors, update_list, list(rows), unoptimized)
+    return Function(graph, single, list(rows), unoptimized)
 
 
 def schedule(graph) -> list:

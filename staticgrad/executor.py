@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .codegen import generate
+from .graph import Graph
+from .plan import concrete_shapes, plan_memory, specialize
 from .tensor import FeedError, StaticgradError, Tensor, format_shape
 
 
@@ -53,12 +56,20 @@ def check_feed(node, value):
 
 
 class Function:
-    """A compiled graph: call it with the feeds, get the outputs; parameters are updated afterwards."""
+    """A compiled graph: call it with the feeds, get the outputs; parameters are updated afterwards.
 
-    def __init__(self, ir, program, single, params, updates, rows, unoptimized=None):
+    The first call with a new combination of feed shapes builds a plan for exactly those shapes (sizes
+    of every intermediate, memory planned into a reusable workspace); later calls with the same shapes
+    reuse it, so alternating batch sizes never recompile.
+    """
+
+    MAX_PLANS = 32
+
+    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True):
+        from .compiler import schedule
         self.ir = ir                       # the optimized staticgrad.graph.Graph
-        self._program = program
-        self._run = program.run
+        self._order = schedule(ir)
+        self._param_ids = [i for i in self._order if ir.nodes[i].op == "parameter"]
         self._single = single
         self._inputs = [ir.nodes[i] for i in ir.inputs]
         self._by_key = {}
@@ -66,25 +77,49 @@ class Function:
             self._by_key[node.tensor] = node
             if node.name is not None:
                 self._by_key.setdefault(node.name, node)
-        self._params = params              # parameter tensors, in the order `run` reads them
-        self._updates = updates            # [(parameter tensor, index into the update values)]
+        self._params = [ir.nodes[i].tensor for i in self._param_ids]
+        self._updates = [(ir.nodes[p].tensor, k) for k, (p, _) in enumerate(ir.updates)]
         self._rows = rows
         self._unoptimized = unoptimized
+        self._memory_planning = memory_planning
         self._graph = None
+        self._plans = {}
+        self._program = generate(ir, self._order, self._param_ids, ir.inputs)   # shape-generic
+        self._last = self._program
+        if all(None not in n.shape for n in self._inputs):
+            self._last = self._plan(tuple(n.shape for n in self._inputs))
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
         feeds = self._feeds(args, kwargs)
+        key = tuple([f.shape for f in feeds])
+        program = self._plans.get(key)
+        if program is None:
+            program = self._plan(key)
         try:
-            outputs, new_values = self._run(*feeds)
+            outputs, new_values = program.run(*feeds)
         except StaticgradError:
             raise
         except Exception as err:
-            raise self._explain(err) from err
+            raise self._explain(err, program) from err
         self._assign(new_values)
         # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
         outputs = [o if type(o) is np.ndarray else np.asarray(o) for o in outputs]
         return outputs[0] if self._single else outputs
+
+    def _plan(self, key):
+        """The program specialized to feed shapes ``key`` (built once, then cached)."""
+        ir, order = self.ir, self._order
+        shapes = concrete_shapes(ir, order, key)
+        concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
+        memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
+        program = generate(concrete, order, self._param_ids, ir.inputs, memory)
+        program.shapes = shapes
+        if len(self._plans) >= self.MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = program
+        self._last = program
+        return program
 
     def _feeds(self, args, kwargs):
         inputs = self._inputs
@@ -137,14 +172,14 @@ class Function:
         for param, value in checked:
             param._value = value
 
-    def _explain(self, err):
+    def _explain(self, err, program):
         tb = err.__traceback__
         line = None
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == "<staticgrad>":
                 line = tb.tb_lineno
             tb = tb.tb_next
-        node = self.ir.nodes.get(self._program.line_nodes.get(line))
+        node = self.ir.nodes.get(program.line_nodes.get(line))
         if node is None:
             return ExecutionError(f"compiled function failed: {type(err).__name__}: {err}")
         inputs = ", ".join(format_shape(self.ir.nodes[i].shape) for i in node.inputs)
@@ -154,8 +189,8 @@ class Function:
     # ------------------------------------------------------------------ looking inside
     @property
     def source(self) -> str:
-        """The generated executor code."""
-        return self._program.source
+        """The generated executor code (of the plan for the latest feed shapes, once called)."""
+        return self._last.source
 
     @property
     def graph(self):
@@ -169,7 +204,15 @@ class Function:
         return [n.tensor for n in self._inputs]
 
     def report(self) -> Report:
-        return Report(self._rows, {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items()))})
+        """What each pass did (``.rows``), plus the plans built so far and the memory of the latest one."""
+        summary = {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items())),
+                   "plans": len(self._plans)}
+        memory = self._last.memory
+        if memory is not None:
+            summary.update({"peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned,
+                            "workspace_slots": len(memory.slots), "in_place": memory.inplace,
+                            "plan_shapes": [self._last.shapes[i] for i in self.ir.inputs]})
+        return Report(self._rows, summary)
 
     def to_dot(self, stage="optimized", **kwargs):
         from .dot import to_dot

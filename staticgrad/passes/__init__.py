@@ -47,9 +47,18 @@ def pass_name(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
+def _costs(graph):
+    from ..plan import costs
+    try:
+        return costs(graph)
+    except ValueError:      # shapes that only a real feed can settle: report what is known
+        return {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
+
+
 def run_pipeline(graph, passes):
     """Run ``passes`` in order; returns the final graph and one ledger row per pass."""
     rows = []
+    previous = None
     for fn in resolve(passes):
         before = graph.op_counts()
         n_before = len(graph.nodes)
@@ -59,6 +68,8 @@ def run_pipeline(graph, passes):
         seconds = time.perf_counter() - start
         graph, stats = result if isinstance(result, tuple) else (result, None)
         after = graph.op_counts()
+        if previous is None or (stats is not None and stats.changed) or after != before:
+            previous = _costs(graph)
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
@@ -68,6 +79,7 @@ def run_pipeline(graph, passes):
             "removed": {op: n - after.get(op, 0) for op, n in before.items() if n > after.get(op, 0)},
             "added": {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)},
             "fixed_point": stats.fixed_point if stats is not None else True,
+            **previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
             "removed_ids": sorted(set(ops_before) - set(graph.nodes)),
             "added_ids": sorted(set(graph.nodes) - set(ops_before)),

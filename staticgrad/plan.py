@@ -1,0 +1,211 @@
+"""Execution plans: the graph specialized to the concrete shapes of one call, with its memory planned.
+
+A plan knows every intermediate's shape, so it can (1) compute each value's lifetime over the schedule,
+(2) give short-lived results a slot in a workspace allocated once per plan and reused call after call
+(numpy ``out=``), including in place over an operand that dies at that very step, and (3) say how many
+bytes of intermediates are live at the peak, with and without this planning.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .ops.registry import ELEMENTWISE, REGISTRY, VIEW
+from .tensor import FeedError, ShapeError, format_shape
+
+REDUCTIONS_WITH_OUT = {"sum", "max", "min"}
+LEAVES = ("placeholder", "parameter", "constant")
+
+
+class _Spec:
+    """What a shape rule reads of an input: shape, dtype, ndim."""
+
+    __slots__ = ("shape", "dtype", "ndim")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
+
+
+def concrete_shapes(graph, order, feed_shapes) -> dict:
+    """Every node's shape for these placeholder shapes (the static rules run again on exact sizes)."""
+    specs = {}
+    for node_id, shape in zip(graph.inputs, feed_shapes):
+        node = graph.nodes[node_id]
+        if len(shape) != len(node.shape) or any(d is not None and d != s for d, s in zip(node.shape, shape)):
+            raise FeedError(f"placeholder {node.label()!r}: expected shape {format_shape(node.shape)} (dtype "
+                            f"{node.dtype}), got shape {format_shape(shape)}")
+        specs[node_id] = _Spec(shape, node.dtype)
+    for i in order:
+        node = graph.nodes[i]
+        if i in specs:
+            continue
+        if node.op in LEAVES:
+            specs[i] = _Spec(node.shape, node.dtype)
+            continue
+        try:
+            shape, dtype = REGISTRY[node.op].infer([specs[j] for j in node.inputs], **node.attrs)
+        except ShapeError as err:
+            sizes = ", ".join(format_shape(specs[j].shape) for j in node.inputs)
+            raise ShapeError(f"{node.op} (built at {node.source}): {err}; the sizes fed give inputs of shapes "
+                             f"{sizes}") from None
+        specs[i] = _Spec(shape, node.dtype)
+    return {i: s.shape for i, s in specs.items()}
+
+
+def accepts_out(op) -> bool:
+    kernel = REGISTRY[op].kernel
+    return isinstance(kernel, np.ufunc) or op in REDUCTIONS_WITH_OUT or getattr(kernel, "accepts_out", False)
+
+
+def nbytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+class MemoryPlan:
+    """Where each intermediate lives: ``slot[node]`` is a workspace slot index, or absent (fresh array)."""
+
+    def __init__(self):
+        self.slot = {}            # node id -> slot index
+        self.slots = []           # slot index -> (shape, dtype)
+        self.free_after = {}      # step -> [node ids whose value may be dropped after that step]
+        self.peak_planned = 0     # bytes: workspace + fresh intermediates live at once, at the worst step
+        self.peak_unplanned = 0   # bytes: every intermediate kept until the call returns
+        self.inplace = 0          # results written over an operand that died at that step
+
+
+def plan_memory(graph, order, shapes, enable=True) -> MemoryPlan:
+    nodes = graph.nodes
+    plan = MemoryPlan()
+    # Views share their input's memory: a value's storage lives as long as any view of it.
+    base = {}
+    for i in order:
+        node = nodes[i]
+        base[i] = base[node.inputs[0]] if (REGISTRY.get(node.op) and REGISTRY[node.op].has(VIEW)) else i
+    last = {}
+    for step, i in enumerate(order):
+        for j in nodes[i].inputs:
+            last[base[j]] = step
+            last[j] = step
+    end = len(order)
+    escaping = set()
+    for i in list(graph.outputs) + [e for _, e in graph.updates]:
+        escaping.add(base[i])
+        last[base[i]] = end
+        last[i] = end
+    for step, i in enumerate(order):
+        plan.free_after.setdefault(last.get(i, step), []).append(i)
+
+    free = {}                     # (shape, dtype) -> [slot indices]
+    dying_at = {}                 # step -> storage bases whose last use is that step
+    for b, step in last.items():
+        if base.get(b) == b:
+            dying_at.setdefault(step, []).append(b)
+    live_fresh = 0
+    workspace = 0
+    sizes = {}
+    for step, i in enumerate(order):
+        node = nodes[i]
+        if node.op in LEAVES or base[i] != i:
+            continue
+        size = nbytes(shapes[i], node.dtype)
+        sizes[i] = size
+        plan.peak_unplanned += size
+        key = (tuple(shapes[i]), np.dtype(node.dtype))
+        dying = [b for b in dying_at.get(step, ()) if b in plan.slot]
+        elementwise = REGISTRY[node.op].has(ELEMENTWISE)
+        usable = enable and i not in escaping and accepts_out(node.op)
+        if usable and elementwise:
+            # An operand that dies here can take the result in place (ufuncs handle exact overlap).
+            for b in dying:
+                free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
+        if usable and free.get(key):
+            plan.slot[i] = free[key].pop()
+            if elementwise and any(plan.slot.get(b) == plan.slot[i] for b in dying):
+                plan.inplace += 1
+        elif usable:
+            plan.slot[i] = len(plan.slots)
+            plan.slots.append(key)
+            workspace += size
+        else:
+            live_fresh += size
+        if not (usable and elementwise):
+            for b in dying:
+                free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
+        plan.peak_planned = max(plan.peak_planned, workspace + live_fresh)
+        for b in dying_at.get(step, ()):
+            if b not in plan.slot and b in sizes and b not in escaping:
+                live_fresh -= sizes[b]
+    return plan
+
+
+def slot_key(plan, node_id):
+    return plan.slots[plan.slot[node_id]]
+
+
+def specialize(graph, order, shapes):
+    """Copies of the nodes that read an input only for its shape, rewritten to use the known shape.
+
+    Dropping those reads ends the referenced values' lifetimes earlier (less memory held).
+    Returns {node id: node} for the whole order (unchanged nodes are shared, not copied).
+    """
+    nodes = {}
+    for i in order:
+        node = graph.nodes[i]
+        op, shape = node.op, shapes[i]
+        if op == "broadcast_like":
+            node = node.copy(op="broadcast_to", inputs=node.inputs[:1], attrs={"shape": tuple(shape)})
+        elif op == "reshape_like":
+            node = node.copy(op="reshape", inputs=node.inputs[:1], attrs={"shape": tuple(shape)})
+        elif op in ("size", "zeros_like"):
+            kernel = REGISTRY[op].kernel
+            dummy = np.broadcast_to(np.zeros((), np.int8), shapes[node.inputs[0]])
+            value = np.asarray(kernel(dummy, **node.attrs), dtype=node.dtype)
+            value.setflags(write=False)
+            node = node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape)
+        elif op == "getitem_grad" and len(node.inputs) > 1:
+            node = node.copy(inputs=node.inputs[:1], attrs={"index": node.attrs["index"], "shape": tuple(shape)})
+        elif op == "split":
+            axis, part = node.attrs["axis"], node.attrs["part"]
+            refs = node.inputs[1:]
+            start = sum(shapes[r][axis] for r in refs[:part])
+            index = (slice(None),) * axis + (slice(start, start + shapes[refs[part]][axis]),)
+            node = node.copy(op="getitem", inputs=node.inputs[:1], attrs={"index": index})
+        nodes[i] = node
+    return nodes
+
+
+# ---------------------------------------------------------------------- cost model for the pass ledger
+_HEAVY = {"exp": 4, "log": 4, "log1p": 4, "expm1": 4, "tanh": 6, "sigmoid": 8, "softplus": 10, "sin": 4,
+          "cos": 4, "pow": 8, "sqrt": 2, "softmax": 8, "log_softmax": 8, "logsumexp": 8,
+          "softmax_cross_entropy": 10}
+_FREE = {"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "broadcast_like", "reshape_like",
+         "getitem", "split", "stop_gradient", "size", "zeros_like"}
+
+
+def node_flops(node, shapes) -> int:
+    """A rough count of floating-point operations for one node (matmul exact, transcendental weighted)."""
+    if node.op in LEAVES or node.op in _FREE:
+        return 0
+    out = int(np.prod(shapes[node.id], dtype=np.int64))
+    if node.op == "matmul":
+        a = shapes[node.inputs[0]]
+        return 2 * out * (a[-1] if a else 1)
+    if node.op in ("sum", "mean", "max", "min"):
+        return int(np.prod(shapes[node.inputs[0]], dtype=np.int64))
+    return out * _HEAVY.get(node.op, 1)
+
+
+def nominal_shapes(graph, order) -> dict:
+    """Shapes with every unknown size taken as 1 (per sample), for costs reported before any call."""
+    feeds = [tuple(1 if d is None else d for d in graph.nodes[i].shape) for i in graph.inputs]
+    return concrete_shapes(graph, order, feeds)
+
+
+def costs(graph, shapes=None) -> dict:
+    """FLOPs and peak intermediate bytes (with and without memory planning) of ``graph``."""
+    order = list(graph.nodes)
+    shapes = shapes or nominal_shapes(graph, order)
+    from .graph import Graph
+    concrete = Graph(specialize(graph, order, shapes), graph.outputs, graph.updates, graph.inputs)
+    memory = plan_memory(concrete, order, shapes)
+    return {"flops": sum(node_flops(graph.nodes[i], shapes) for i in order),
+            "peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned}
