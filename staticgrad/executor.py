@@ -14,6 +14,10 @@ class ExecutionError(StaticgradError):
     """A kernel failed while a compiled function ran (for example sizes that disagree at run time)."""
 
 
+def _num(value) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
 class Report:
     """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table."""
 
@@ -24,13 +28,15 @@ class Report:
         self.summary = summary or {}
 
     def __str__(self):
-        header = f"{'pass':<16}{'before':>8}{'after':>8}{'changed':>9}{'ms':>9}  ops removed / added"
+        header = (f"{'pass':<15}{'before':>7}{'after':>7}{'changed':>8}{'ms':>8}{'flops':>11}{'peak B':>10}"
+                  f"{'fixed':>6}  ops removed / added")
         lines = [header, "-" * len(header)]
         for r in self.rows:
             delta = ", ".join([f"-{n} {op}" for op, n in r["removed"].items()] +
                               [f"+{n} {op}" for op, n in r["added"].items()])
-            lines.append(f"{r['pass']:<16}{r['nodes_before']:>8}{r['nodes_after']:>8}{str(r['changed']):>9}"
-                         f"{r['seconds'] * 1e3:>9.2f}  {delta}")
+            lines.append(f"{r['pass']:<15}{r['nodes_before']:>7}{r['nodes_after']:>7}{str(r['changed']):>8}"
+                         f"{r['seconds'] * 1e3:>8.2f}{_num(r.get('flops')):>11}{_num(r.get('peak_bytes')):>10}"
+                         f"{'yes' if r.get('fixed_point', True) else 'no':>6}  {delta}")
         for key, value in self.summary.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)

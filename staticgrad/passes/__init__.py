@@ -88,4 +88,6 @@ def run_pipeline(graph, passes):
     return graph, rows
 
 
-__all__ = ["DEFAULT", "PASSES", "PassStats", "resolve", "run_pipeline"]
+from .bisect import bisect  # noqa: E402  (bisect runs the pipeline defined above)
+
+__all__ = ["DEFAULT", "PASSES", "PassStats", "bisect", "resolve", "run_pipeline"]

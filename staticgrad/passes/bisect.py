@@ -1,0 +1,45 @@
+"""Find the pass that breaks a result."""
+import numpy as np
+
+from ..graph import Graph, ancestors
+from ..tensor import Tensor
+from . import DEFAULT, pass_name, resolve
+
+
+def _evaluate(graph, feeds):
+    from ..compiler import link
+    fn = link(graph, single=False)
+    return [np.asarray(v, dtype=np.float64) if np.asarray(v).dtype.kind in "biuf" else np.asarray(v)
+            for v in fn(dict(feeds))]
+
+
+def _broken(reference, values, rtol, atol):
+    for ref, val in zip(reference, values):
+        if ref.shape != val.shape:
+            return True
+        finite = np.isfinite(ref)
+        # A pass may turn an overflow into a finite value (that is what stabilize is for), never the reverse.
+        if np.any(finite & ~np.isfinite(val)):
+            return True
+        if not np.allclose(val[finite], ref[finite], rtol=rtol, atol=atol):
+            return True
+    return False
+
+
+def bisect(outputs, feeds, passes=None, rtol=1e-7, atol=1e-9):
+    """Run the pipeline one pass at a time on ``feeds`` (a dict placeholder -> array) and return the name
+    of the first pass after which any output differs from the unoptimized graph's beyond the tolerance,
+    or turns non-finite where it was finite. None when every pass keeps the results.
+    """
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    placeholders = [t for _, t in sorted(ancestors(outs).items()) if t.op == "placeholder"]
+    graph = Graph.from_tensors(outs, inputs=placeholders)
+    graph.assign_roles()
+    reference = _evaluate(graph, feeds)
+    pipeline = DEFAULT if passes is None else passes
+    for fn in resolve(pipeline):
+        result = fn(graph)
+        graph = result[0] if isinstance(result, tuple) else result
+        if _broken(reference, _evaluate(graph, feeds), rtol, atol):
+            return result[1].name if isinstance(result, tuple) and result[1] is not None else pass_name(fn)
+    return None
