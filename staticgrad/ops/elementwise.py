@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import COMMUTATIVE, ELEMENTWISE, apply, coerce, defop, elementwise_spec, kernel_dtype
+from .registry import COMMUTATIVE, ELEMENTWISE, VIEW, apply, coerce, defop, elementwise_spec, kernel_dtype
 
 
 def _binary(name):
@@ -59,7 +59,9 @@ _def("neg", np.negative, lambda g, out, x: (neg(g),))
 
 
 def _pow_vjp(g, out, x, y):
-    return g * y * power(x, y - 1), g * out * log(x)
+    # x**y log x tends to 0 as x -> 0 (y > 0): taking log 1 there avoids 0 * -inf = nan, as torch does.
+    safe_log = log(where(equal(x, 0), 1, x))
+    return g * y * power(x, y - 1), g * out * safe_log
 
 
 _def("pow", np.power, _pow_vjp)
@@ -83,7 +85,7 @@ _def("abs", np.abs, lambda g, out, x: (g * sign(x),))
 _def("square", np.square, lambda g, out, x: (g * (x * 2),))
 _def("softplus", softplus_kernel, lambda g, out, x: (g * sigmoid(x),))
 _def("sign", np.sign, None)
-_def("stop_gradient", identity_kernel, None, doc="identity whose gradient is zero")
+_def("stop_gradient", identity_kernel, None, VIEW, doc="identity whose gradient is zero")
 
 exp, log, log1p, expm1, sqrt = _unary("exp"), _unary("log"), _unary("log1p"), _unary("expm1"), _unary("sqrt")
 sin, cos, tanh, sigmoid, relu = _unary("sin"), _unary("cos"), _unary("tanh"), _unary("sigmoid"), _unary("relu")
@@ -96,7 +98,10 @@ def _cast_spec(inputs, dtype):
 
 
 def _cast_vjp(g, out, x, dtype):
-    return (cast(g, x.dtype),) if x.dtype.kind in "fc" else (None,)
+    # Rounding to integers (or bools) is piecewise constant: no gradient flows back through it.
+    if x.dtype.kind not in "fc" or np.dtype(dtype).kind not in "fc":
+        return (None,)
+    return (cast(g, x.dtype),)
 
 
 defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE)
