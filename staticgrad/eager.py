@@ -1,0 +1,417 @@
+"""Define-by-run mode: staticgrad ops applied to eager tensors compute at once and record a tape.
+
+Importing this module installs a hook in the op registry: ``apply`` hands any op with an eager input to
+:func:`_run_op`, which checks shapes with the op's static rule (so errors read as in static mode), runs
+the op's numpy kernel and records op, inputs and attrs on the result. ``backward`` walks that tape in
+reverse topological order (a loop, no recursion) and calls the SAME VJP rules as ``sg.grad``, so eager
+and static gradients are built from one definition, and ``create_graph=True`` makes gradients that are
+themselves taped and can be differentiated again.
+
+The same model function runs in both modes: called with placeholders and parameters it builds a graph,
+called with eager tensors it computes values.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from .autodiff import sum_to_shape
+from .ops import registry
+from .ops.registry import REGISTRY, as_tensor
+from .tensor import CONTEXT, GradError, ShapeError, Tensor, _ids, building, format_shape, user_frame
+
+__all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
+
+
+class _State:
+    """Switches that hold while eager ops run."""
+
+    __slots__ = ("grad_enabled", "trace")
+
+    def __init__(self):
+        self.grad_enabled = True     # off inside no_grad() and during a backward without create_graph
+        self.trace = None            # a list collecting every eager op result, while trace() is active
+
+
+STATE = _State()
+_LEAF_OPS = ("tensor", "constant", "parameter", "placeholder")
+
+
+class EagerTensor(Tensor):
+    """A tensor that holds its value. ``.grad`` is filled by ``backward`` (None before the first one).
+
+    Being a :class:`Tensor`, it takes every operator, method and staticgrad function; the results are
+    eager tensors too. Unlike a symbolic tensor it has a truth value, a length and a float value, so
+    Python control flow may depend on data (the point of define-by-run).
+    """
+
+    __slots__ = ("grad",)
+    _eager = True
+
+    # ----------------------------------------------------------------- value
+    @property
+    def value(self):
+        return self._value
+
+    @value.setter
+    def value(self, new):
+        if self.inputs:
+            raise TypeError(f"only a leaf eager tensor's value can be set, not the result of {self.op} "
+                            f"(made at {self.source})")
+        arr = np.asarray(new)
+        if arr.shape != self.shape:
+            raise ShapeError(f"eager tensor {self.label()!r}: expected a value of shape "
+                             f"{format_shape(self.shape)}, got {format_shape(arr.shape)}")
+        if not np.can_cast(arr.dtype, self.dtype, "same_kind"):
+            raise TypeError(f"eager tensor {self.label()!r}: cannot cast {arr.dtype} to {self.dtype}")
+        self._value = np.array(arr, dtype=self.dtype, copy=True)
+
+    def numpy(self):
+        return self._value
+
+    def item(self):
+        return self._value.item()
+
+    def __array__(self, dtype=None, copy=None):
+        return self._value if dtype is None else self._value.astype(dtype)
+
+    def __float__(self):
+        return float(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d eager tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        grad = ", requires_grad=True" if self._requires_grad else ""
+        made = f", op={self.op!r}" if self.inputs else ""
+        body = np.array2string(self._value, precision=6, threshold=20, separator=", ")
+        return f"eager.tensor({body}{grad}{made})"
+
+    # ----------------------------------------------------------------- gradients
+    def backward(self, grad_output=None, create_graph=False):
+        """Accumulate d(self)/d(leaf) into ``.grad`` of every leaf that requires grad.
+
+        ``self`` must be a scalar unless ``grad_output`` (shaped like self) is given. With
+        ``create_graph=True`` the gradients are taped eager tensors, so they can be differentiated again.
+        """
+        seed = _seed(self, grad_output, "backward")
+        _sweep([self], [seed], create_graph, collect=None)
+
+    def zero_grad(self):
+        """Forget the accumulated gradient (``.grad`` becomes None)."""
+        self.grad = None
+
+    def detach(self):
+        """The same value as a new leaf that does not require grad."""
+        return _leaf(self._value, False, None, self.source)
+
+
+def is_eager(x) -> bool:
+    return isinstance(x, EagerTensor)
+
+
+# ------------------------------------------------------------------ making eager tensors
+def _new(op, inputs, attrs, value, requires_grad, source, name=None):
+    # Tensor.__init__ walks the stack for the source line and reads the context; this does only what
+    # an eager result needs, which matters because eager mode pays it on every op of every step.
+    t = EagerTensor.__new__(EagerTensor)
+    t.id = next(_ids)
+    t.op = op
+    t.inputs = inputs
+    t.attrs = attrs
+    t.shape = value.shape
+    t.dtype = value.dtype
+    t.name = name
+    t._requires_grad = requires_grad
+    t._value = value
+    t.source = source
+    ctx = CONTEXT
+    t.role = ctx.role
+    t.scope = "/".join(ctx.scopes)
+    t.adjoint_of = ctx.adjoint_of
+    t.rule = ctx.rule
+    t.meta = None
+    t.grad = None
+    return t
+
+
+def _leaf(value, requires_grad, name, source):
+    return _new("tensor", (), {}, value, requires_grad, source, name)
+
+
+def tensor(value, requires_grad=False, dtype=None, name=None) -> EagerTensor:
+    """An eager leaf holding a copy of ``value``. Only floating tensors can require grad."""
+    if isinstance(value, Tensor):
+        if value._value is None:
+            raise TypeError(f"eager.tensor: {value!r} has no value (a symbolic tensor)")
+        value = value._value
+    if isinstance(value, float) and dtype is None:
+        dtype = np.float64
+    arr = np.array(value, dtype=dtype, copy=True)
+    if arr.dtype.kind not in "biufc":
+        raise TypeError(f"eager.tensor {name!r}: expected a numeric value, got dtype {arr.dtype}")
+    if requires_grad and arr.dtype.kind not in "fc":
+        raise GradError(f"eager.tensor {name!r}: only floating tensors can require grad, not {arr.dtype}")
+    return _leaf(arr, bool(requires_grad), name, user_frame())
+
+
+def zero_grad(tensors):
+    """Reset ``.grad`` of every tensor in ``tensors`` (an iterable) to None."""
+    for t in tensors:
+        t.grad = None
+
+
+@contextmanager
+def no_grad():
+    """Ops inside record no tape and their results do not require grad (for updates and evaluation)."""
+    saved = STATE.grad_enabled
+    STATE.grad_enabled = False
+    try:
+        yield
+    finally:
+        STATE.grad_enabled = saved
+
+
+@contextmanager
+def trace():
+    """Collect every eager op result made inside, in order, and keep every result's inputs.
+
+    Used by the study to count the nodes a step executes and to pair eager nodes with static ones.
+    """
+    saved = STATE.trace
+    STATE.trace = found = []
+    try:
+        yield found
+    finally:
+        STATE.trace = saved
+
+
+# ------------------------------------------------------------------ the hook: one op, run now
+def _static_value(x, opname):
+    """The value of a non-eager input: a constant, or an expression over constants only."""
+    if x._value is not None and x.op != "parameter":
+        return x._value
+    if x.op in ("placeholder", "parameter"):
+        raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {x.op} {x.label()!r} "
+                        f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
+    # A constant expression (for example ``y - 1`` inside a VJP rule, with y a constant): evaluate it
+    # in creation order, which is a topological order, without recursion.
+    from .graph import ancestors
+    values = {}
+    for _, t in sorted(ancestors([x]).items()):
+        if t.op in ("placeholder", "parameter") or (not t.inputs and t._value is None):
+            raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} "
+                            f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
+        if t._value is not None:
+            values[t.id] = t._value
+        else:
+            values[t.id] = np.asarray(REGISTRY[t.op].kernel(*(values[i.id] for i in t.inputs), **t.attrs))
+    return values[x.id]
+
+
+def _run_op(opdef, inputs, attrs):
+    values = []
+    for x in inputs:
+        v = x._value
+        if v is None or (type(x) is not EagerTensor and x.op == "parameter"):
+            v = _static_value(x, opdef.name)
+        values.append(v)
+    try:
+        _, dtype = opdef.infer(inputs, **attrs)
+    except ShapeError as err:
+        raise ShapeError(f"{opdef.name}: {err} (at {user_frame()})") from None
+    out = opdef.kernel(*values, **attrs)
+    if type(out) is not np.ndarray:
+        out = np.asarray(out)      # reductions give numpy scalars
+    if out.dtype != dtype:
+        out = out.astype(dtype)    # keep the dtype the static rule promises (principle 6)
+    state = STATE
+    requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
+    tape = inputs if requires_grad or state.trace is not None else ()
+    t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, user_frame())
+    if state.trace is not None:
+        state.trace.append(t)
+    return t
+
+
+registry.EAGER_HOOK = _run_op
+
+
+# ------------------------------------------------------------------ reverse sweep over the tape
+def _seed(y, grad_output, who):
+    if not isinstance(y, EagerTensor):
+        raise TypeError(f"{who}: expected an eager tensor, got {type(y).__name__}")
+    if not y._requires_grad:
+        raise GradError(f"{who}: {y.op} result (made at {y.source}) does not require grad: no input of it "
+                        f"was made with requires_grad=True")
+    if y.dtype.kind not in "fc":
+        raise GradError(f"{who}: y has dtype {y.dtype}; only floating outputs can be differentiated")
+    if grad_output is None:
+        if y.shape != ():
+            raise GradError(f"{who}: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
+                            f"y (a vector-Jacobian product) or reduce it first (at {user_frame()})")
+        return _leaf(np.ones((), y.dtype), False, None, y.source)
+    g = grad_output._value if isinstance(grad_output, Tensor) else grad_output
+    g = np.asarray(g, dtype=y.dtype)
+    try:
+        g = np.broadcast_to(g, y.shape)
+    except ValueError:
+        raise GradError(f"{who}: grad_output of shape {format_shape(g.shape)} does not match y of shape "
+                        f"{format_shape(y.shape)}") from None
+    if isinstance(grad_output, EagerTensor) and grad_output._requires_grad and grad_output.shape == y.shape:
+        return grad_output      # a taped incoming gradient: keep its tape for create_graph
+    return _leaf(g, False, None, y.source)
+
+
+def _topological(roots):
+    """Tensors that need a gradient, inputs before users (iterative depth-first post-order)."""
+    order, seen = [], set()
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        t, finished = stack.pop()
+        if finished:
+            order.append(t)
+            continue
+        if t.id in seen:
+            continue
+        seen.add(t.id)
+        stack.append((t, True))
+        for x in t.inputs:
+            if x.id not in seen and x._requires_grad and type(x) is EagerTensor:
+                stack.append((x, False))
+    return order
+
+
+def _as_eager(g):
+    if isinstance(g, EagerTensor):
+        return g
+    return _leaf(np.asarray(_static_value(g, "backward")), False, None, g.source)
+
+
+def _sweep(roots, seeds, create_graph, collect):
+    """Push ``seeds`` back from ``roots``. With ``collect`` (a set of ids) return those adjoints;
+    without it, accumulate into the ``.grad`` of leaves that require grad."""
+    saved = STATE.grad_enabled
+    STATE.grad_enabled = bool(create_graph)
+    try:
+        adjoint = {r.id: s for r, s in zip(roots, seeds)}
+        found = {}
+        for node in reversed(_topological(roots)):
+            g = adjoint.pop(node.id, None)
+            if g is None:
+                continue
+            if collect is not None:
+                if node.id in collect:
+                    found[node.id] = g
+            elif not node.inputs:
+                _accumulate_leaf(node, g, create_graph)
+            if not node.inputs:
+                continue
+            opdef = REGISTRY[node.op]
+            if opdef.vjp is None:
+                continue
+            needs = [x._requires_grad and type(x) is EagerTensor for x in node.inputs]
+            if not any(needs):
+                continue
+            with building(role="backward", adjoint_of=node, rule=node.op):
+                if all(needs):
+                    parts = opdef.vjp(g, node, *node.inputs, **node.attrs)
+                else:
+                    parts = _needed_parts(opdef, g, node, needs)
+                for x, gx, need in zip(node.inputs, parts, needs):
+                    if gx is None or not need:
+                        continue
+                    gx = sum_to_shape(as_tensor(gx, like=x.dtype), x)
+                    prev = adjoint.get(x.id)
+                    # The fork sum, with the add op as sg.grad does it (so create_graph tapes it too).
+                    adjoint[x.id] = gx if prev is None else prev + gx
+        return found
+    finally:
+        STATE.grad_enabled = saved
+
+
+def _needed_parts(opdef, g, node, needs):
+    """The VJP rule's results for the inputs in ``needs`` only.
+
+    A rule returns every input's gradient at once; run eagerly it would compute them all, such as the
+    data gradient of a first layer's matmul or pow's log(base) for a constant exponent. So the rule is
+    built symbolically here (the hook is off: its ops become graph tensors over eager values), and only
+    the parts that are needed are run, which is what PyTorch's needs_input_grad does for its kernels.
+    """
+    registry.EAGER_HOOK = None
+    try:
+        parts = opdef.vjp(g, node, *node.inputs, **node.attrs)
+    finally:
+        registry.EAGER_HOOK = _run_op
+    return [_evaluate(p) if need and p is not None else None for p, need in zip(parts, needs)]
+
+
+def _evaluate(root):
+    """Run a symbolic tensor whose leaves are eager tensors or constants, as eager ops (so taped)."""
+    if type(root) is EagerTensor or root._value is not None:
+        return root
+    found, stack = {}, [root]
+    while stack:
+        t = stack.pop()
+        if t.id in found:
+            continue
+        found[t.id] = t
+        stack.extend(x for x in t.inputs if type(x) is not EagerTensor and x.inputs and x.id not in found)
+    done = {}
+    for i in sorted(found):            # creation order is a topological order
+        t = found[i]
+        args = tuple(done.get(x.id, x) for x in t.inputs)
+        done[i] = _run_op(REGISTRY[t.op], args, t.attrs)
+    return done[root.id]
+
+
+def _accumulate_leaf(leaf, g, create_graph):
+    if create_graph or isinstance(leaf.grad, EagerTensor):
+        g = _as_eager(g)
+        if g.shape != leaf.shape:
+            g = _as_eager(registry.apply("broadcast_to", (g,), {"shape": leaf.shape}))
+        if leaf.grad is None:
+            leaf.grad = g
+        else:
+            old = leaf.grad if isinstance(leaf.grad, EagerTensor) else _leaf(leaf.grad, False, None, leaf.source)
+            leaf.grad = old + g
+        return
+    value = g._value if g._value is not None else _static_value(g, "backward")
+    if leaf.grad is None:
+        # A copy: the value may be a read-only broadcast view or alias another tensor's value.
+        leaf.grad = np.array(np.broadcast_to(value, leaf.shape), dtype=leaf.dtype, copy=True)
+    else:
+        leaf.grad += value
+
+
+def grad(y, wrt, grad_output=None, create_graph=False):
+    """Gradients of the eager ``y`` with respect to each tensor in ``wrt`` (leaves or intermediates),
+    without touching ``.grad``: the eager twin of ``sg.grad``. A list in gives a list out. Tensors that
+    ``y`` does not depend on get zeros."""
+    single = isinstance(wrt, Tensor)
+    wrt = [wrt] if single else list(wrt)
+    for w in wrt:
+        if not isinstance(w, EagerTensor):
+            raise TypeError(f"eager.grad: wrt must hold eager tensors, got {type(w).__name__}")
+        if not w._requires_grad:
+            raise GradError(f"eager.grad: {w.op} tensor made at {w.source} does not require grad, so it has no "
+                            f"gradient")
+    seed = _seed(y, grad_output, "eager.grad")
+    found = _sweep([y], [seed], create_graph, collect={w.id for w in wrt})
+    out = []
+    for w in wrt:
+        g = found.get(w.id)
+        out.append(_leaf(np.zeros(w.shape, w.dtype), False, None, w.source) if g is None else _as_eager(g))
+    return out[0] if single else out
