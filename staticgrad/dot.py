@@ -1,76 +1,510 @@
-"""DOT export of graphs via pydot, with the forward, backward and update parts told apart."""
+"""DOT pictures of graphs via pydot: forward, backward and update told apart, with provenance and values.
+
+``to_dot`` draws a tensor, a list of tensors or a compiled function; ``save_dot`` writes the DOT text or,
+through Graphviz's ``dot`` program, an .svg/.png/.pdf. Every node carries the user's file:line in its
+tooltip (and, for adjoint nodes, the forward node and VJP rule it came from). ``feeds=`` writes values on
+the nodes and the gradient each backward edge carries; ``view="flow"`` draws only the forward graph with
+the reverse sweep's contributions as red edges, the way reverse mode is drawn by hand.
+"""
 from __future__ import annotations
 
+import html
+import os
+import re
+import shutil
+import subprocess
+
+import networkx as nx
+import numpy as np
 import pydot
 
 from .graph import Graph
-from .tensor import Tensor, format_shape
+from .tensor import StaticgradError, Tensor, format_shape
+from .trace import format_value, label, run_values, sweeps_of, tensor_closure
 
+ROLES = ("forward", "backward", "update")
 STYLES = {
     "forward": {"shape": "box", "style": "filled", "fillcolor": "#dbe9f6", "color": "#2b6ca3"},
     "backward": {"shape": "box", "style": "filled,dashed", "fillcolor": "#fbe3d6", "color": "#c0504d"},
     "update": {"shape": "box", "style": "filled,bold", "fillcolor": "#e2f0d9", "color": "#548235"},
 }
-LEAF_SHAPES = {"placeholder": "invhouse", "parameter": "cylinder", "constant": "plaintext"}
+ROLE_TEXT = {"forward": "forward: blue", "backward": "backward (adjoint): orange, dashed",
+             "update": "update: green, bold"}
+LEAF_SHAPES = {"placeholder": "invhouse", "parameter": "cylinder", "constant": "note"}
+SAVED_EDGE = {"color": "#7030a0", "fontcolor": "#7030a0", "style": "dashed", "penwidth": "1.6"}
+GRAD_EDGE = {"color": "#c0504d", "fontcolor": "#c0504d", "penwidth": "1.4"}
+FLOW_EDGE = {"color": "#c0504d", "fontcolor": "#c0504d", "style": "dashed", "constraint": "false"}
+ASSIGN_EDGE = {"color": "#548235", "style": "bold", "label": "assign", "fontcolor": "#548235",
+               "constraint": "false"}
+FORMATS = ("svg", "png", "pdf")
 
 
-def _graph_of(target, stage):
+class GraphvizNotFound(StaticgradError, FileNotFoundError):
+    """Graphviz's ``dot`` program, needed to render .svg/.png/.pdf, is not installed."""
+
+
+# ------------------------------------------------------------------ what is drawn
+class Picture:
+    """The graph to draw plus everything known about it (outputs, gradients, values, marks)."""
+
+    def __init__(self, graph, lookup, tensors=None):
+        self.graph = graph              # a staticgrad.graph.Graph
+        self.lookup = lookup            # {id: Node or Tensor}, wider than graph: for adjoint_of lookups
+        self.tensors = tensors or {}
+        self.values = None              # {id: array} when feeds were given
+        self.sweeps = sweeps_of(graph)
+        self.marks = {}                 # {id: (style dict, [label lines])}, used by diff_dot
+        self.note = ""                  # extra text for the legend
+
+    @property
+    def gradient_ids(self) -> set:
+        """Ids of tensors that carry gradients: contributions, fork sums and totals of every sweep."""
+        ids = set()
+        for steps, _ in self.sweeps:
+            for step in steps:
+                ids.update(step["parts"])
+                ids.add(step["adjoint"])
+                ids.update(c for _, c in step["sends"])
+        # the running sums at forks carry gradient too
+        ids.update(i for i, n in self.graph.nodes.items() if n.rule == "sum at fork")
+        return ids
+
+    def name_of(self, i) -> str:
+        node = self.lookup.get(i)
+        return label(node) if node is not None else f"#{i}"
+
+    def scope_of(self, node) -> str:
+        """A backward node is drawn in the scope of the forward node whose gradient it computes."""
+        if node.role == "backward" and node.adjoint_of is not None:
+            fwd = self.lookup.get(node.adjoint_of)
+            if fwd is not None:
+                return fwd.scope or ""
+        return node.scope or ""
+
+
+def picture_of(target, stage="optimized") -> Picture:
     from .executor import Function
     if isinstance(target, Function):
-        if stage == "unoptimized" and target._unoptimized is not None:
-            return target._unoptimized
-        return target.ir
-    tensors = [target] if isinstance(target, Tensor) else list(target)
+        if stage not in ("optimized", "unoptimized"):
+            raise ValueError(f"to_dot: stage must be 'optimized' or 'unoptimized', got {stage!r}")
+        base = target._unoptimized
+        if stage == "unoptimized" and base is None:
+            raise ValueError("to_dot: this function keeps no unoptimized graph (it was linked from a loaded "
+                             "graph); draw stage='optimized'")
+        graph = base if stage == "unoptimized" else target.ir
+        lookup = dict(tensor_closure(base)) if base is not None else {}
+        lookup.update(base.nodes if base is not None else {})
+        lookup.update(graph.nodes)
+        pic = Picture(graph, lookup)
+        pic.function = target
+        return pic
+    if isinstance(target, Tensor):
+        tensors = [target]
+    else:
+        tensors = list(target)
+        if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+            raise TypeError("to_dot: expected a tensor, a non-empty list of tensors or a compiled function, "
+                            f"got {type(target).__name__}")
     graph = Graph.from_tensors(tensors)
     graph.assign_roles()
-    return graph
+    lookup = dict(tensor_closure(graph))
+    lookup.update(graph.nodes)
+    pic = Picture(graph, lookup)
+    pic.function = None
+    return pic
 
 
-def node_label(node) -> str:
-    head = node.op if not node.name else f"{node.name} = {node.op}" if node.inputs else f"{node.name}"
-    if not node.inputs and node.op != "constant":
-        head = f"{node.op} {node.name or ''}".strip()
-    if node.op == "constant" and node.value is not None and node.value.size <= 4:
-        head = f"{node.value.tolist()}"
-    return f"{head}\n{format_shape(node.shape)} {node.dtype}"
+def _add_values(pic, feeds):
+    target = pic.function if pic.function is not None else pic.graph
+    values, _ = run_values(target, feeds)
+    if pic.function is not None:
+        # Nodes a pass created (new ids) are computed from their inputs when the registry knows their op.
+        from .trace import evaluate, feeds_by_id
+        values = evaluate(pic.graph, feeds_by_id(pic.function, feeds), known=values)
+    pic.values = values
 
 
-def to_dot(target, stage="optimized", name="staticgrad") -> pydot.Dot:
-    """A pydot graph of a tensor, a list of tensors or a compiled function.
+# ------------------------------------------------------------------ labels and sizes
+def _bytes(n) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
 
-    Forward, backward (adjoint) and update nodes get their own style and cluster; edges from the forward
-    into the backward part (saved values) are drawn dotted; requested outputs are outlined.
-    """
-    graph = _graph_of(target, stage)
-    dot = pydot.Dot(name, graph_type="digraph", rankdir="TB", fontname="Helvetica")
-    clusters = {role: pydot.Cluster(role, label=role, style="rounded", color=STYLES[role]["color"])
-                for role in STYLES}
-    outputs = set(graph.outputs)
+
+def _static_bytes(node):
+    """(bytes, True) for a fully known static shape, else (bytes per unit of the unknown dims, False)."""
+    n = int(np.prod([d for d in node.shape if d is not None], dtype=np.int64)) * node.dtype.itemsize
+    return n, None not in node.shape
+
+
+def saved_size(node, value=None) -> str:
+    """The bytes a saved forward value takes: measured when its value is known, else from its static shape
+    (with unknown dims: the bytes per unit of them, followed by "× ?")."""
+    if value is not None:
+        return _bytes(np.asarray(value).nbytes)
+    n, known = _static_bytes(node)
+    return _bytes(n) if known else f"{_bytes(n)} × ? (unknown dims)"
+
+
+def _total_size(nodes, values) -> str:
+    fixed, per_unknown = 0, 0
+    for node in nodes:
+        v = values.get(node.id) if values else None
+        if v is not None:
+            fixed += np.asarray(v).nbytes
+            continue
+        n, known = _static_bytes(node)
+        if known:
+            fixed += n
+        else:
+            per_unknown += n
+    if not per_unknown:
+        return _bytes(fixed)
+    return (f"{_bytes(fixed)} + " if fixed else "") + f"{_bytes(per_unknown)} × ?"
+
+
+def _esc(text) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def node_lines(pic, node) -> list:
+    """The label of ``node`` as lines of (already escaped) HTML."""
+    if node.op == "constant" and node.value is not None and np.size(node.value) <= 4:
+        head = f"<B>{_esc(format_value(node.value))}</B>" + (f" {_esc(node.name)}" if node.name else "")
+    else:
+        head = f"<B>{_esc(node.op)}</B>" + (f" {_esc(node.name)}" if node.name else "")
+    lines = [head, f'<FONT POINT-SIZE="10">{_esc(format_shape(node.shape))} {_esc(node.dtype)}</FONT>']
+    if pic.values is not None and node.op != "constant":
+        lines.append(f'<FONT POINT-SIZE="10" COLOR="#1f4e79">= {_esc(format_value(pic.values.get(node.id)))}</FONT>')
+    return lines
+
+
+def _marks(pic, node, outputs) -> list:
+    lines = []
+    for k in outputs.get(node.id, []):
+        lines.append(f"output {k}")
+    meta = node.meta or {}
+    if "grad_of" in meta:
+        steps = meta.get("sweep") or []
+        y = pic.name_of(steps[0]["node"]) if steps else "y"
+        lines.append(f"gradient d{y}/d{pic.name_of(meta['grad_of'])}")
+    return [f'<FONT POINT-SIZE="10" COLOR="#7f0000"><B>{_esc(t)}</B></FONT>' for t in lines]
+
+
+def tooltip(pic, node) -> str:
+    parts = [f"{label(node)}: {node.op} {format_shape(node.shape)} {node.dtype}, built at {node.source or '?'}"]
+    if node.scope:
+        parts.append(f"name scope: {node.scope}")
+    if node.adjoint_of is not None:
+        fwd = pic.lookup.get(node.adjoint_of)
+        what = f"{label(fwd)} ({fwd.op} at {fwd.source})" if fwd is not None else f"node {node.adjoint_of}"
+        parts.append(f"adjoint of {what}, VJP rule: {node.rule}")
+    if pic.values is not None and node.id in pic.values:
+        parts.append(f"value: {format_value(pic.values[node.id], max_size=64)}")
+    return "\n".join(parts)
+
+
+# ------------------------------------------------------------------ choosing what to draw
+def neighbourhood(graph, around, depth) -> set:
+    """Ids within ``depth`` edges (either direction) of ``around`` (a tensor, a node or an id)."""
+    i = around.id if hasattr(around, "id") else around
+    if i not in graph.nodes:
+        what = label(around) if hasattr(around, "op") else f"node {i}"
+        raise ValueError(f"to_dot: around={what} is not in the drawn graph (a pass may have removed it: "
+                         "try stage='unoptimized')")
+    g = nx.Graph()
+    g.add_nodes_from(graph.nodes)
+    g.add_edges_from((j, n.id) for n in graph.nodes.values() for j in n.inputs)
+    return set(nx.single_source_shortest_path_length(g, i, cutoff=int(depth)))
+
+
+def _collapsed_group(scope, collapse):
+    """The name scope a node of ``scope`` is folded into, or None."""
+    if not collapse or not scope:
+        return None
+    if collapse is True:
+        return scope.split("/")[0]
+    for name in sorted(collapse, key=lambda s: s.count("/")):
+        if scope == name or scope.startswith(name + "/"):
+            return name
+    return None
+
+
+def _cluster_id(*parts) -> str:
+    return re.sub(r"\W", "_", "_".join(parts))
+
+
+# ------------------------------------------------------------------ drawing
+def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, legend=True,
+         name="staticgrad", rankdir="TB") -> pydot.Dot:
+    graph = pic.graph
+    if view not in ("full", "flow"):
+        raise ValueError(f"to_dot: view must be 'full' or 'flow', got {view!r}")
+    if isinstance(collapse, str):
+        collapse = [collapse]
+    keep = set(graph.nodes) if around is None else neighbourhood(graph, around, depth)
+    if view == "flow":
+        keep = {i for i in keep if graph.nodes[i].role == "forward"}
+    outputs = {}
+    for k, o in enumerate(graph.outputs):
+        outputs.setdefault(o, []).append(k)
+
+    dot = pydot.Dot(name, graph_type="digraph", rankdir=rankdir, fontname="Helvetica", newrank="true")
+    dot.set_node_defaults(fontname="Helvetica", fontsize="11")
+    dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
+    clusters = {}
+
+    def cluster_for(role, scope):
+        key = (role, scope)
+        if key in clusters:
+            return clusters[key]
+        if not scope:
+            sub = pydot.Cluster(role, label=role, style="rounded", color=STYLES[role]["color"],
+                                fontcolor=STYLES[role]["color"])
+            dot.add_subgraph(sub)
+        else:
+            parent = cluster_for(role, scope.rpartition("/")[0])
+            sub = pydot.Cluster(_cluster_id(role, scope), label=scope, style="rounded,dashed", color="#999999",
+                                fontcolor="#555555")
+            parent.add_subgraph(sub)
+        clusters[key] = sub
+        return sub
+
+    # Nodes, or one box per collapsed name scope and role.
+    drawn = {}          # node id -> the DOT name standing for it
+    boxes = {}          # DOT name of a box -> {"role", "scope", "ids"}
     for node in graph.nodes.values():
-        attrs = dict(STYLES.get(node.role, STYLES["forward"]))
+        if node.id not in keep:
+            continue
+        role = node.role if node.role in STYLES else "forward"
+        scope = pic.scope_of(node)
+        group = _collapsed_group(scope, collapse)
+        if group is not None:
+            box = f"scope_{_cluster_id(role, group)}"
+            boxes.setdefault(box, {"role": role, "scope": group, "ids": []})["ids"].append(node.id)
+            drawn[node.id] = box
+            continue
+        attrs = dict(STYLES[role])
         if not node.inputs:
             attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
-        if node.id in outputs:
+        lines = node_lines(pic, node) + _marks(pic, node, outputs)
+        if view == "flow" and pic.values is not None:
+            for k, g in enumerate(_flow_gradients(pic, node.id)):
+                tag = "grad" if len(pic.sweeps) == 1 else f"grad {k}"
+                lines.append(f'<FONT POINT-SIZE="10" COLOR="#c0504d">{tag} {_esc(format_value(g))}</FONT>')
+        if node.id in outputs or (node.meta or {}).get("grad_of") is not None:
             attrs["penwidth"] = "3"
-        tooltip = f"{node.op} @ {node.source}"
-        if node.adjoint_of is not None:
-            tooltip += f" (VJP of {node.rule} node {node.adjoint_of})"
-        clusters.get(node.role, clusters["forward"]).add_node(
-            pydot.Node(str(node.id), label=node_label(node), tooltip=tooltip, **attrs))
-    for cluster in clusters.values():
-        if cluster.get_nodes():
-            dot.add_subgraph(cluster)
-    for node in graph.nodes.values():
-        for i in dict.fromkeys(node.inputs):
-            src = graph.nodes[i]
-            style = "dotted" if src.role == "forward" and node.role == "backward" and src.inputs else "solid"
-            dot.add_edge(pydot.Edge(str(i), str(node.id), style=style))
+        mark = pic.marks.get(node.id)
+        if mark is not None:
+            attrs.update(mark[0])
+            lines += [f'<FONT POINT-SIZE="10"><B>{_esc(t)}</B></FONT>' for t in mark[1]]
+        target = cluster_for(role, scope if scopes else "")
+        target.add_node(pydot.Node(str(node.id), label="<" + "<BR/>".join(lines) + ">",
+                                   tooltip=tooltip(pic, node), **attrs))
+        drawn[node.id] = str(node.id)
+    for box, info in boxes.items():
+        _add_box(pic, box, info, cluster_for(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
+
+    if view == "full":
+        _full_edges(pic, dot, drawn)
+    else:
+        _forward_edges(pic, dot, drawn)
+        _flow_edges(pic, dot, drawn)
+    if legend:
+        dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in drawn}))
+        dot.set("labelloc", "b")
+        dot.set("fontsize", "10")
     return dot
 
 
+def _add_box(pic, box, info, cluster):
+    nodes = [pic.graph.nodes[i] for i in info["ids"]]
+    ops = {}
+    for n in nodes:
+        if n.inputs:
+            ops[n.op] = ops.get(n.op, 0) + 1
+    params = [n for n in nodes if n.op == "parameter"]
+    lines = [f"<B>{_esc(info['scope'])}</B>" + (" (backward)" if info["role"] == "backward" else ""),
+             f'<FONT POINT-SIZE="10">{len(nodes)} nodes: '
+             + _esc(", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))) + "</FONT>"]
+    if params:
+        lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{label(p)} {format_shape(p.shape)}"
+                                                               for p in params)) + "</FONT>")
+    attrs = dict(STYLES[info["role"]], shape="box3d")
+    sources = sorted({n.source for n in nodes if n.source})
+    cluster.add_node(pydot.Node(box, label="<" + "<BR/>".join(lines) + ">",
+                                tooltip=f"name scope {info['scope']}: {len(nodes)} nodes built at "
+                                        + ", ".join(sources[:8]) + (" ..." if len(sources) > 8 else ""),
+                                **attrs))
+
+
+def _edge_kind(src, dst):
+    if src.role == "forward" and src.op != "constant" and dst.role == "backward":
+        return "saved"
+    return "plain"
+
+
+def _full_edges(pic, dot, drawn):
+    graph, values = pic.graph, pic.values
+    grads = pic.gradient_ids
+    merged = {}     # collapsed boxes: (src, dst, kind) -> set of source ids
+    for node in graph.nodes.values():
+        if node.id not in drawn:
+            continue
+        for i in node.inputs:
+            if i not in drawn:
+                continue
+            src = graph.nodes[i]
+            kind = _edge_kind(src, node)
+            a, b = drawn[i], drawn[node.id]
+            if a != str(i) or b != str(node.id):
+                if a != b:
+                    merged.setdefault((a, b, kind), set()).add(i)
+                continue
+            attrs = {}
+            if kind == "saved":
+                attrs = dict(SAVED_EDGE, label=f"saved {saved_size(src, values.get(i) if values else None)}")
+            elif i in grads:
+                attrs = dict(GRAD_EDGE)
+                if values is not None:
+                    attrs["label"] = format_value(values.get(i), max_size=4)
+            _add_edge(dot, a, b, src, node, attrs)
+    for (a, b, kind), ids in merged.items():
+        attrs = {}
+        if kind == "saved":
+            count = f"{len(ids)} value" + ("s" if len(ids) > 1 else "")
+            attrs = dict(SAVED_EDGE, label=f"saved {count}, {_total_size([graph.nodes[i] for i in ids], values)}")
+        elif ids & pic.gradient_ids:
+            attrs = dict(GRAD_EDGE)
+        _add_edge(dot, a, b, graph.nodes[next(iter(ids))], boxes_role(graph, drawn, b), attrs)
+    for p, e in graph.updates:
+        if p in drawn and e in drawn:
+            dot.add_edge(pydot.Edge(drawn[e], drawn[p], **ASSIGN_EDGE))
+
+
+def boxes_role(graph, drawn, name):
+    """A node standing for the DOT name ``name`` (for a collapsed box: any of its nodes)."""
+    for i, d in drawn.items():
+        if d == name:
+            return graph.nodes[i]
+    return None
+
+
+def _add_edge(dot, a, b, src, dst, attrs):
+    """Backward edges are laid out against the arrow, so the backward graph runs back beside the forward
+    one and each adjoint lands near its forward node; edges between the parts do not steer the layout."""
+    if src.role == "backward" and dst.role == "backward":
+        dot.add_edge(pydot.Edge(b, a, dir="back", **attrs))
+        return
+    if src.role != dst.role:
+        attrs = dict(attrs, constraint="false")
+    dot.add_edge(pydot.Edge(a, b, **attrs))
+
+
+def _forward_edges(pic, dot, drawn):
+    seen = set()
+    for node in pic.graph.nodes.values():
+        if node.id not in drawn:
+            continue
+        for i in node.inputs:
+            if i in drawn:
+                a, b = drawn[i], drawn[node.id]
+                if a == b or ((a, b) in seen and a != str(i)):
+                    continue
+                seen.add((a, b))
+                dot.add_edge(pydot.Edge(a, b))
+
+
+def _flow_gradients(pic, i) -> list:
+    out = []
+    for steps, _ in pic.sweeps:
+        for step in steps:
+            if step["node"] == i:
+                out.append(pic.values.get(step["adjoint"]))
+    return out
+
+
+def _flow_edges(pic, dot, drawn):
+    """The reverse sweep drawn on the forward graph: each contribution as an edge from a node to its input."""
+    for steps, _ in pic.sweeps:
+        for step in steps:
+            for x, c in step["sends"]:
+                if step["node"] in drawn and x in drawn and drawn[x] != drawn[step["node"]]:
+                    attrs = dict(FLOW_EDGE)
+                    if pic.values is not None:
+                        attrs["label"] = format_value(pic.values.get(c), max_size=4)
+                    dot.add_edge(pydot.Edge(drawn[step["node"]], drawn[x], **attrs))
+
+
+def _legend(pic, view, roles) -> str:
+    parts = [ROLE_TEXT[r] for r in ROLES if r in roles]
+    if view == "full":
+        parts.append("purple dashed edges: forward values saved for the backward pass")
+        if pic.sweeps:
+            parts.append("red edges: gradients")
+    else:
+        parts.append("red dashed edges: gradient contributions sent back to each input")
+    text = " · ".join(parts)
+    if pic.note:
+        text += "\n" + pic.note
+    return text
+
+
+# ------------------------------------------------------------------ public API
+def to_dot(target, stage="optimized", *, feeds=None, collapse=False, around=None, depth=2, view="full",
+           scopes=True, legend=True, name="staticgrad", rankdir="TB") -> pydot.Dot:
+    """A pydot graph of a tensor, a list of tensors or a compiled function.
+
+    One node per tensor, labelled with op, name, shape and dtype (small constants show their value).
+    Forward, backward (adjoint) and update nodes get their own style and cluster, name scopes are
+    nested clusters (``scopes=False``: none), edges that carry saved forward values into the backward
+    graph are purple and labelled with their size, gradient edges are red, outputs and gradients are
+    marked. Tooltips give the user's file:line and, for adjoint nodes, the forward node and VJP rule.
+
+    ``stage``: "optimized" or "unoptimized" for a compiled function. ``collapse=True`` draws every name
+    scope as one box (``collapse=["layer1"]``: only those). ``around=node, depth=k``: only nodes within
+    k edges of ``node`` (a tensor or an id). ``feeds`` (as the function's call takes them, or a dict
+    keyed by placeholder for tensors) runs the graph once, without updating parameters, and writes values
+    on nodes and gradients on backward edges. ``view="flow"``: the forward graph only, with the reverse
+    sweep drawn as red edges labelled with the contribution each input received.
+    """
+    pic = picture_of(target, stage)
+    if feeds is not None:
+        _add_values(pic, feeds)
+    return draw(pic, collapse=collapse, around=around, depth=depth, view=view, scopes=scopes, legend=legend,
+                name=name, rankdir=rankdir)
+
+
 def save_dot(target, path, **kwargs):
-    """Write the DOT text of ``target`` to ``path``."""
+    """Write ``target`` (a pydot.Dot, or anything ``to_dot`` takes, with its keyword arguments) to ``path``.
+
+    ``.dot``/``.gv`` get the DOT text; ``.svg``, ``.png`` and ``.pdf`` are rendered by Graphviz's ``dot``.
+    Returns ``path``.
+    """
     dot = target if isinstance(target, pydot.Dot) else to_dot(target, **kwargs)
-    with open(path, "w") as fh:
-        fh.write(dot.to_string())
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    text = dot.to_string()
+    if ext in ("dot", "gv", ""):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return path
+    if ext not in FORMATS:
+        raise ValueError(f"save_dot: cannot write {path!r}; use .dot, .gv, " + ", ".join("." + f for f in FORMATS))
+    render(text, path, ext)
     return path
+
+
+def render(text, path, fmt):
+    """Run Graphviz's ``dot -T<fmt>`` on DOT ``text``, writing ``path``."""
+    program = shutil.which("dot")
+    if program is None:
+        raise GraphvizNotFound(
+            f"save_dot: writing {path!r} needs Graphviz's `dot` program, which is not on PATH. Install Graphviz "
+            "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install "
+            "graphviz; Windows: https://graphviz.org/download/) or save as .dot instead")
+    done = subprocess.run([program, f"-T{fmt}", "-o", path], input=text.encode("utf-8"), capture_output=True)
+    if done.returncode != 0:
+        raise StaticgradError(f"save_dot: Graphviz `dot -T{fmt}` failed on {path!r}: "
+                              f"{done.stderr.decode(errors='replace').strip()}")

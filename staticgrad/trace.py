@@ -1,0 +1,298 @@
+"""Values inside a graph, for people checking autodiff by hand: a small IR interpreter and ``trace``.
+
+``evaluate`` runs a graph node by node with the registry's numpy kernels and keeps every value (the
+compiled executor drops intermediates, so it cannot show them). ``trace`` prints the reverse sweep that
+``sg.grad`` recorded as a table: what each node received (and the running sums where a tensor forks),
+the VJP rule applied and the contribution sent to each input.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .executor import ExecutionError, Function, check_feed
+from .graph import Graph
+from .ops.registry import REGISTRY
+from .tensor import FeedError, Tensor, format_shape
+
+LEAVES = ("placeholder", "parameter", "constant")
+
+
+# ------------------------------------------------------------------ formatting
+def _number(x, digits) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, complex):
+        return f"{x:.{digits}g}"
+    return f"{float(x):.{digits}g}"
+
+
+def format_value(value, max_size=6, digits=4) -> str:
+    """A short text for ``value``: in full when it has at most ``max_size`` elements, else shape + summary."""
+    if value is None:
+        return "?"
+    a = np.asarray(value)
+    if a.size <= max_size:
+        if a.ndim == 0:
+            return _number(a.item(), digits)
+        return np.array2string(a, separator=", ", max_line_width=10 ** 6,
+                               formatter={"all": lambda x: _number(x, digits)}).replace("\n", "")
+    summary = f"{format_shape(a.shape)} {a.dtype}"
+    if a.dtype.kind in "biuf" and a.size:
+        summary += (f" mean {_number(a.mean(), digits)} min {_number(a.min(), digits)} "
+                    f"max {_number(a.max(), digits)}")
+    return summary
+
+
+def label(node) -> str:
+    """What a tensor or node is called in tables and pictures: its name, else ``op#id``."""
+    return node.name or f"{node.op}#{node.id}"
+
+
+# ------------------------------------------------------------------ the interpreter
+def evaluate(graph: Graph, feeds: dict, known=None) -> dict:
+    """{node id: numpy value} for every node of ``graph`` (inputs before consumers, no recursion).
+
+    ``feeds`` maps placeholder ids to arrays. A node that depends on a placeholder missing from ``feeds``,
+    or whose op the registry does not know (a fused op made by a pass), gets ``None``. ``known`` pre-fills
+    values, so a graph that shares ids with an evaluated one only computes what is new.
+    """
+    values = dict(known or {})
+    for node in graph.nodes.values():
+        if node.id in values:
+            continue
+        if node.op == "placeholder":
+            value = feeds.get(node.id)
+        elif node.op == "parameter":
+            value = node.tensor._value if node.tensor is not None else node.value
+        elif node.op == "constant":
+            value = node.value
+        else:
+            args = [values.get(i) for i in node.inputs]
+            opdef = REGISTRY.get(node.op)
+            if opdef is None or any(a is None for a in args):
+                value = None
+            else:
+                try:
+                    value = np.asarray(opdef.kernel(*args, **node.attrs))
+                except Exception as err:
+                    shapes = ", ".join(format_shape(np.shape(a)) for a in args)
+                    raise ExecutionError(f"{node.op} (built at {node.source}) failed on inputs of shapes "
+                                         f"{shapes}: {type(err).__name__}: {err}") from err
+        values[node.id] = value
+    return values
+
+
+def tensor_closure(graph: Graph) -> dict:
+    """{id: Tensor} for the tensors behind ``graph``'s nodes, their inputs, and the forward tensors their
+    adjoints came from (a gradient need not depend on the forward node whose VJP made it)."""
+    found = {}
+    stack = [n.tensor for n in graph.nodes.values() if n.tensor is not None]
+    # A gradient may not depend on y at all (y = u + v): meta["y"], when autodiff records it, reaches it.
+    stack += [n.meta["y"] for n in graph.nodes.values() if isinstance((n.meta or {}).get("y"), Tensor)]
+    while stack:
+        t = stack.pop()
+        if t.id in found:
+            continue
+        found[t.id] = t
+        stack.extend(x for x in t.inputs if x.id not in found)
+        if t.adjoint_of is not None and t.adjoint_of.id not in found:
+            stack.append(t.adjoint_of)
+    return found
+
+
+def feeds_by_id(target, feeds) -> dict:
+    """{placeholder id: checked array} from feeds given as a compiled function call would take them."""
+    if isinstance(target, Function):
+        if isinstance(feeds, dict):
+            arrays = target._feeds((feeds,), {})
+        elif isinstance(feeds, (list, tuple)):
+            arrays = target._feeds(tuple(feeds), {})
+        else:
+            arrays = target._feeds((feeds,), {})
+        return {node.id: a for node, a in zip(target._inputs, arrays)}
+    graph = target
+    holders = [n for n in graph.nodes.values() if n.op == "placeholder"]
+    if not isinstance(feeds, dict):
+        if len(holders) != 1:
+            raise FeedError(f"give the feeds as a dict keyed by placeholder or name; this graph has "
+                            f"{len(holders)} placeholders ({', '.join(repr(label(n)) for n in holders)})")
+        feeds = {holders[0].tensor: feeds}
+    out = {}
+    for key, value in feeds.items():
+        match = [n for n in holders if (n.tensor is key if isinstance(key, Tensor) else n.name == key)]
+        if not match:
+            what = key.label() if isinstance(key, Tensor) else key
+            raise FeedError(f"{what!r} is not a placeholder of this graph "
+                            f"(placeholders: {', '.join(repr(label(n)) for n in holders)})")
+        out[match[0].id] = check_feed(match[0], value)
+    return out
+
+
+def run_values(target, feeds):
+    """(values by id, tensors by id) for a compiled function or an IR graph run once on ``feeds``.
+
+    The function's unoptimized graph is widened to the tensors its gradients came from, so the forward
+    nodes of the sweep have values even when no output reads them; updates are not applied.
+    """
+    fed = feeds_by_id(target, feeds)
+    base = target if isinstance(target, Graph) else (target._unoptimized if target._unoptimized is not None else target.ir)
+    tensors = tensor_closure(base)
+    if tensors:
+        roots = sorted(tensors.values(), key=lambda t: t.id)
+        values = evaluate(Graph.from_tensors(roots), fed)
+    else:
+        values = {}
+    return evaluate(base, fed, known=values), tensors
+
+
+# ------------------------------------------------------------------ the reverse sweep as a table
+def sweeps_of(graph: Graph) -> list:
+    """[(sweep steps, [wrt ids])] for the gradients in ``graph``, each sweep once, in graph order."""
+    found = {}
+    for node in graph.nodes.values():
+        meta = node.meta or {}
+        if "sweep" in meta:
+            steps, wrt = found.setdefault(id(meta["sweep"]), (meta["sweep"], []))
+            if meta.get("grad_of") not in wrt:
+                wrt.append(meta.get("grad_of"))
+    return list(found.values())
+
+
+def _broadcast_parts(c, x, node, values):
+    """The per-element values a contribution was summed from when ``x`` was broadcast in ``node``."""
+    t = c
+    while t is not None and t.op in ("sum", "cast") and t.inputs:
+        t = t.inputs[0]
+        if t.shape == node.shape and t.shape != x.shape:
+            return values.get(t.id)
+    return None
+
+
+class Trace:
+    """The backward sweeps of a compiled function on one set of feeds.
+
+    ``sweeps`` holds one list of row dicts per gradient call: ``node`` (forward id), ``label``, ``op``,
+    ``source``, ``rule``, ``parts`` (values summed at this node), ``running`` (their running sums),
+    ``gradient`` (the total adjoint) and ``sends`` (dicts with ``to``, ``label``, ``value`` and, when the
+    input was broadcast, ``elements``: the values before they were summed back to its shape).
+    """
+
+    def __init__(self, sweeps, titles, digits=6):
+        self.sweeps, self.titles, self.digits = sweeps, titles, digits
+
+    @property
+    def rows(self) -> list:
+        return [row for rows in self.sweeps for row in rows]
+
+    def row(self, node, sweep=0) -> dict:
+        """The step of sweep ``sweep`` at ``node`` (a tensor or an id)."""
+        i = node.id if isinstance(node, Tensor) else node
+        for row in self.sweeps[sweep]:
+            if row["node"] == i:
+                return row
+        raise KeyError(f"node {i} is not visited by backward sweep {sweep}")
+
+    def _fmt(self, v):
+        return format_value(v, max_size=8, digits=self.digits)
+
+    def _received(self, row):
+        if len(row["parts"]) == 1:
+            return self._fmt(row["gradient"])
+        text = self._fmt(row["parts"][0])
+        for part, total in zip(row["parts"][1:], row["running"][1:]):
+            text += f" +{self._fmt(part)} ={self._fmt(total)}"
+        return "fork: " + text
+
+    def _sends(self, row):
+        out = []
+        for s in row["sends"]:
+            text = f"{s['label']} <- {self._fmt(s['value'])}"
+            if s.get("elements") is not None:
+                text += f" (sum of {self._fmt(s['elements'])})"
+            out.append(text)
+        return "; ".join(out) or "-"
+
+    def table(self) -> str:
+        blocks = []
+        for title, rows in zip(self.titles, self.sweeps):
+            cells = [("step", "node", "built at", "rule", "gradient received", "sends to inputs")]
+            for k, row in enumerate(rows, 1):
+                cells.append((str(k), row["label"], row["source"], row["rule"], self._received(row),
+                              self._sends(row)))
+            widths = [max(len(c[j]) for c in cells) for j in range(5)]
+            lines = [title]
+            for c in cells:
+                lines.append("  ".join(c[j].ljust(widths[j]) for j in range(5)) + "  " + c[5])
+            lines.insert(2, "-" * len(lines[1]))
+            if any("?" in c[4] + c[5] for c in cells[1:]):
+                lines.append("(?: not computed by this function: none of its outputs or updates needs it)")
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
+    __str__ = table
+
+    def __repr__(self):
+        return f"<Trace: {len(self.sweeps)} sweep(s), {len(self.rows)} steps>"
+
+
+def _rule(step, tensor):
+    if step["sends"]:
+        return f"vjp {step['op']}"
+    if step["op"] in LEAVES:
+        return "leaf"
+    opdef = REGISTRY.get(step["op"])
+    return "not differentiable" if opdef is not None and opdef.vjp is None else "no input needs grad"
+
+
+def _rows(steps, values, tensors):
+    rows = []
+    for step in steps:
+        t = tensors.get(step["node"])
+        parts = [values.get(p) for p in step["parts"]]
+        running, total = [], None
+        for p in parts:
+            total = p if total is None or p is None else np.add(total, p)
+            running.append(total)
+        sends = []
+        for x_id, c_id in step["sends"]:
+            x, c = tensors.get(x_id), tensors.get(c_id)
+            sends.append({"to": x_id, "label": label(x) if x is not None else f"#{x_id}",
+                          "value": values.get(c_id), "contribution": c_id,
+                          "elements": _broadcast_parts(c, x, t, values) if None not in (c, x, t) else None})
+        rows.append({"node": step["node"], "op": step["op"], "label": label(t) if t is not None else f"#{step['node']}",
+                     "source": t.source if t is not None else "?", "rule": _rule(step, t), "parts": parts,
+                     "running": running, "gradient": values.get(step["adjoint"]), "sends": sends})
+    return rows
+
+
+def trace(fn, feeds, file=sys.stdout, digits=6) -> Trace:
+    """Run ``fn``'s graph once on ``feeds`` and print its backward sweep(s) as a table, one row per step.
+
+    Each row: the forward node, where the user built it, the VJP rule applied, the gradient it received
+    (at a fork: each part and the running sum), and the contribution sent to each input. Parameters
+    are not updated. ``file=None`` prints nothing; the returned :class:`Trace` holds the numbers.
+    """
+    if not isinstance(fn, Function):
+        raise TypeError(f"trace: expected a compiled function (sg.compile), got {type(fn).__name__}")
+    values, tensors = run_values(fn, feeds)
+    base = fn._unoptimized if fn._unoptimized is not None else fn.ir
+    found = sweeps_of(base)
+    if not found:
+        raise ValueError("trace: this function has no gradient made by sg.grad among its outputs or updates, "
+                         "so there is no backward sweep to show")
+    sweeps, titles = [], []
+    for steps, wrt in found:
+        y = tensors.get(steps[0]["node"]) if steps else None
+        names = ", ".join(label(tensors[w]) if w in tensors else f"#{w}" for w in wrt)
+        y_name = label(y) if y is not None else "?"
+        titles.append(f"backward sweep of d {y_name} / d [{names}]"
+                      + (f"  (y built at {y.source})" if y is not None else ""))
+        sweeps.append(_rows(steps, values, tensors))
+    result = Trace(sweeps, titles, digits)
+    if file is not None:
+        print(result.table(), file=file)
+    return result
