@@ -1,0 +1,122 @@
+"""staticgrad.data: batches, run_batches, fit, predict."""
+import io
+
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad import data, nn, optim
+from staticgrad.progress import Progress
+
+
+def test_batches_cover_the_data_in_order_without_shuffle():
+    X, y = np.arange(10).reshape(10, 1), np.arange(10) * 2
+    b = data.batches(X, y, batch_size=4)
+    assert len(b) == 3
+    got = list(b)
+    assert [len(xb) for xb, _ in got] == [4, 4, 2]
+    np.testing.assert_array_equal(np.concatenate([xb for xb, _ in got])[:, 0], np.arange(10))
+    np.testing.assert_array_equal(np.concatenate([yb for _, yb in got]), np.arange(10) * 2)
+
+
+def test_drop_last_skips_the_short_batch():
+    b = data.batches(np.arange(10), batch_size=4, drop_last=True)
+    assert len(b) == 2
+    assert [len(x) for x in b] == [4, 4]
+    assert len(data.batches(np.arange(3), batch_size=4, drop_last=True)) == 0
+
+
+def test_shuffle_is_seeded_keeps_pairs_together_and_changes_each_epoch():
+    X, y = np.arange(20), np.arange(20) * 10
+    a, b = data.batches(X, y, batch_size=5, shuffle=True, seed=3), data.batches(X, y, batch_size=5, shuffle=True, seed=3)
+    first_a, first_b = [xb for xb, _ in a], [xb for xb, _ in b]
+    for xa, xb in zip(first_a, first_b):
+        np.testing.assert_array_equal(xa, xb)
+    for xb, yb in a:
+        np.testing.assert_array_equal(yb, xb * 10)
+    epoch1, epoch2 = np.concatenate(first_a), np.concatenate([xb for xb, _ in a])
+    assert sorted(epoch1) == list(range(20)) and sorted(epoch2) == list(range(20))
+    assert not np.array_equal(epoch1, epoch2)
+    assert not np.array_equal(epoch1, np.arange(20))
+
+
+def test_a_single_array_gives_plain_batches():
+    batch = next(iter(data.batches(np.ones((5, 2)), batch_size=2)))
+    assert isinstance(batch, np.ndarray) and batch.shape == (2, 2)
+
+
+def test_batches_reject_bad_input():
+    with pytest.raises(ValueError, match="share their first axis"):
+        data.batches(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="batch_size"):
+        data.batches(np.ones(3), batch_size=0)
+    with pytest.raises(ValueError, match="at least one"):
+        data.batches()
+
+
+def _linear_step(lr=0.1):
+    x, t = sg.placeholder((None, 2), name="x"), sg.placeholder((None,), name="t")
+    model = nn.Linear(2, 1, seed=0)
+    pred = sg.reshape(model(x), (-1,))
+    loss = nn.mse(pred, t)
+    step = sg.compile(loss, inputs=[x, t], updates=optim.SGD(model, lr=lr).updates(loss))
+    return step, sg.compile(pred, inputs=[x]), model
+
+
+def test_run_batches_calls_the_function_once_per_batch_in_any_feed_style():
+    x = sg.placeholder((None,), name="x")
+    double = sg.compile(x * 2.0, inputs=[x])
+    out = data.run_batches(double, data.batches(np.arange(5.0), batch_size=2), progress=False)
+    assert [o.tolist() for o in out] == [[0, 2], [4, 6], [8]]
+    assert data.run_batches(double, [{"x": np.ones(2)}, (np.zeros(1),)], progress=False)[0].tolist() == [2, 2]
+
+
+def test_run_batches_draws_a_bar_with_the_running_loss():
+    step, _, _ = _linear_step()
+    X, y = np.ones((8, 2)), np.ones(8)
+    out = io.StringIO()
+    bar = Progress(total=4, file=out, enabled=True, min_interval=0)
+    losses = data.run_batches(step, data.batches(X, y, batch_size=2), progress=bar)
+    bar.close()
+    text = out.getvalue()
+    assert len(losses) == 4
+    assert "4/4" in text and f"loss={np.mean(losses):.4g}" in text
+
+
+def test_fit_trains_and_records_the_mean_loss_per_epoch(rng):
+    step, predict, model = _linear_step()
+    X = rng.normal(size=(64, 2))
+    y = X @ np.array([2.0, -1.0]) + 0.5
+    history = data.fit(step, data.batches(X, y, batch_size=16, shuffle=True, seed=0), epochs=30, progress=False)
+    assert len(history.loss) == 30
+    assert history.loss[-1] < 1e-3 < history.loss[0]
+    np.testing.assert_allclose(model.weight.value[:, 0], [2.0, -1.0], atol=0.05)
+    np.testing.assert_allclose(data.predict(predict, X, batch_size=10), y, atol=0.1)
+
+
+def test_fit_calls_validate_and_log_each_epoch():
+    step, _, _ = _linear_step()
+    calls = []
+    history = data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=3, progress=False,
+                       validate=lambda: {"acc": len(calls)}, log=lambda e, loss, m: calls.append((e, m["acc"])))
+    assert calls == [(1, 0), (2, 1), (3, 2)]
+    assert history.metrics == [{"acc": 0}, {"acc": 1}, {"acc": 2}]
+
+
+def test_fit_shows_one_bar_for_the_whole_run_on_a_terminal_only(monkeypatch):
+    step, _, _ = _linear_step()
+    term, pipe = io.StringIO(), io.StringIO()
+    term.isatty = lambda: True
+    for stream in (term, pipe):
+        monkeypatch.setattr("sys.stderr", stream)
+        data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=3)
+    assert pipe.getvalue() == ""
+    assert "epoch 3/3" in term.getvalue() and "6/6" in term.getvalue()
+    assert term.getvalue().count("\n") == 1
+
+
+def test_predict_concatenates_multiple_outputs():
+    x = sg.placeholder((None,), name="x")
+    both = sg.compile([x + 1.0, x * 3.0], inputs=[x])
+    a, b = data.predict(both, np.arange(5.0), batch_size=2)
+    assert a.tolist() == [1, 2, 3, 4, 5] and b.tolist() == [0, 3, 6, 9, 12]

@@ -1,0 +1,153 @@
+"""staticgrad.nn: initializers, layers and losses."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad import nn
+
+
+# ------------------------------------------------------------------ initializers
+@pytest.mark.parametrize("name, bound", [
+    ("glorot_uniform", lambda i, o: np.sqrt(6 / (i + o))),
+    ("he_uniform", lambda i, o: np.sqrt(6 / i)),
+])
+def test_uniform_initializers_stay_within_their_bound(name, bound):
+    w = nn.INITIALIZERS[name]((300, 200), seed=1)
+    limit = bound(300, 200)
+    assert np.abs(w).max() <= limit
+    assert np.abs(w).max() > 0.95 * limit          # uses the whole range, not a narrower one
+
+
+@pytest.mark.parametrize("name, std", [
+    ("glorot_normal", lambda i, o: np.sqrt(2 / (i + o))),
+    ("he_normal", lambda i, o: np.sqrt(2 / i)),
+])
+def test_normal_initializers_have_their_spread(name, std):
+    w = nn.INITIALIZERS[name]((400, 300), seed=2)
+    assert w.std() == pytest.approx(std(400, 300), rel=0.02)
+    assert abs(w.mean()) < 0.1 * std(400, 300)
+
+
+def test_initializers_are_reproducible_from_a_seed():
+    a = nn.he_normal((4, 5), seed=7)
+    b = nn.he_normal((4, 5), seed=7)
+    c = nn.he_normal((4, 5), seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert nn.glorot_uniform((3, 2), seed=0, dtype="float32").dtype == np.float32
+
+
+def test_unknown_initializer_and_activation_are_errors():
+    with pytest.raises(ValueError, match="unknown initializer 'nope'"):
+        nn.Linear(2, 3, init="nope")
+    with pytest.raises(ValueError, match="unknown activation 'swishy'"):
+        nn.MLP([2, 3], activation="swishy")
+
+
+# ------------------------------------------------------------------ layers
+def test_linear_computes_x_at_w_plus_b_and_lists_its_parameters(rng):
+    layer = nn.Linear(3, 4, seed=0, name="fc")
+    assert [p.name for p in layer.parameters()] == ["fc.weight", "fc.bias"]
+    assert layer.weight.shape == (3, 4) and layer.bias.shape == (4,)
+    layer.bias.value = rng.normal(size=4)
+    x = sg.placeholder((None, 3), name="x")
+    X = rng.normal(size=(5, 3))
+    out = sg.compile(layer(x), inputs=[x])(X)
+    np.testing.assert_allclose(out, X @ layer.weight.value + layer.bias.value, rtol=1e-12)
+
+
+def test_linear_without_bias_and_in_float32():
+    layer = nn.Linear(2, 2, bias=False, seed=0, dtype="float32")
+    assert layer.parameters() == [layer.weight]
+    x = sg.placeholder((None, 2), dtype="float32")
+    assert sg.compile(layer(x))({x: np.ones((1, 2), np.float32)}).dtype == np.float32
+
+
+def test_mlp_matches_a_numpy_forward_pass(rng):
+    mlp = nn.MLP([2, 5, 3, 1], activation="tanh", seed=3)
+    assert [l.weight.shape for l in mlp.layers] == [(2, 5), (5, 3), (3, 1)]
+    assert len(mlp.parameters()) == 6
+    x = sg.placeholder((None, 2))
+    X = rng.normal(size=(7, 2))
+    h = X
+    for k, layer in enumerate(mlp.layers):
+        h = h @ layer.weight.value + layer.bias.value
+        if k < 2:
+            h = np.tanh(h)
+    np.testing.assert_allclose(sg.compile(mlp(x), inputs=[x])(X), h, rtol=1e-12)
+
+
+def test_mlp_seed_makes_the_model_reproducible():
+    a, b = nn.MLP([3, 4, 2], seed=5), nn.MLP([3, 4, 2], seed=5)
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.value, q.value)
+    c = nn.MLP([3, 4, 2], seed=6)
+    assert not np.array_equal(a.parameters()[0].value, c.parameters()[0].value)
+    # each layer draws fresh numbers from the one generator
+    d = nn.MLP([4, 4, 4], seed=0)
+    assert not np.array_equal(d.layers[0].weight.value, d.layers[1].weight.value)
+
+
+def test_mlp_output_activation_and_sequential(rng):
+    x = sg.placeholder((None, 2))
+    mlp = nn.MLP([2, 3], output_activation="sigmoid", seed=0)
+    out = sg.compile(mlp(x), inputs=[x])(rng.normal(size=(4, 2)))
+    assert ((out > 0) & (out < 1)).all()
+    a, b = nn.Linear(2, 3, seed=0), nn.Linear(3, 1, seed=1)
+    seq = nn.Sequential(a, sg.relu, b)
+    assert seq.parameters() == a.parameters() + b.parameters()
+    X = rng.normal(size=(4, 2))
+    expected = np.maximum(X @ a.weight.value, 0) @ b.weight.value
+    np.testing.assert_allclose(sg.compile(seq(x), inputs=[x])(X), expected, rtol=1e-12)
+
+
+def test_module_parameters_are_not_repeated_when_shared():
+    layer = nn.Linear(2, 2, seed=0)
+    assert len(nn.Sequential(layer, layer).parameters()) == 2
+
+
+# ------------------------------------------------------------------ losses
+def _value(loss_fn, *arrays):
+    holders = [sg.placeholder(a.shape, dtype=a.dtype) for a in arrays]
+    return float(sg.compile(loss_fn(*holders), inputs=holders)(*arrays))
+
+
+def test_mse(rng):
+    p, t = rng.normal(size=(6, 2)), rng.normal(size=(6, 2))
+    assert _value(nn.mse, p, t) == pytest.approx(np.mean((p - t) ** 2), rel=1e-12)
+
+
+def test_binary_cross_entropy_with_logits_matches_the_textbook_formula(rng):
+    z, t = rng.normal(size=10) * 3, (rng.random(10) > 0.5).astype(float)
+    s = 1 / (1 + np.exp(-z))
+    expected = -np.mean(t * np.log(s) + (1 - t) * np.log(1 - s))
+    assert _value(nn.binary_cross_entropy_with_logits, z, t) == pytest.approx(expected, rel=1e-12)
+
+
+def test_binary_cross_entropy_with_logits_is_finite_for_huge_logits():
+    z = np.array([800.0, -800.0])
+    t = np.array([0.0, 1.0])
+    assert _value(nn.binary_cross_entropy_with_logits, z, t) == pytest.approx(800.0)
+
+
+def test_loss_gradients_are_finite_and_right(rng):
+    z = sg.placeholder((3,), requires_grad=True)
+    t = np.array([1.0, 0.0, 1.0])
+    loss = nn.binary_cross_entropy_with_logits(z, t)
+    (gz,) = sg.grad(loss, [z])
+    Z = np.array([900.0, 0.3, -900.0])
+    expected = (0.5 * (1 + np.tanh(Z / 2)) - t) / 3      # sigmoid without overflow
+    np.testing.assert_allclose(sg.compile(gz, inputs=[z])(Z), expected, rtol=1e-12)
+
+
+def test_softmax_cross_entropy_loss(rng):
+    logits, labels = rng.normal(size=(5, 4)), rng.integers(0, 4, size=5)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    expected = -np.mean(logp[np.arange(5), labels])
+    assert _value(nn.softmax_cross_entropy, logits, labels) == pytest.approx(expected, rel=1e-12)
+
+
+def test_accuracy_helper():
+    assert nn.accuracy(np.array([[0.1, 2.0], [3.0, 1.0]]), np.array([1, 1])) == 0.5
+    assert nn.accuracy(np.array([-1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.0])) == pytest.approx(2 / 3)
