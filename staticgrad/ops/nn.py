@@ -6,7 +6,8 @@ import numpy as np
 from ..tensor import ShapeError, format_shape
 from .elementwise import exp
 from .reduce import _logsumexp_kernel, sum
-from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype, normalize_axis
+from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype
+from .shape import op_axes
 
 
 def _softmax_kernel(x, axis):
@@ -38,13 +39,13 @@ defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softmax_vjp)
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along ``axis``, computed without overflow."""
     (x,) = coerce(x)
-    return apply("softmax", (x,), {"axis": normalize_axis(axis, x.ndim)})
+    return apply("softmax", (x,), {"axis": op_axes("softmax", axis, x.ndim)})
 
 
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along ``axis``."""
     (x,) = coerce(x)
-    return apply("log_softmax", (x,), {"axis": normalize_axis(axis, x.ndim)})
+    return apply("log_softmax", (x,), {"axis": op_axes("log_softmax", axis, x.ndim)})
 
 
 # ------------------------------------------------------------------ one-hot and the fused loss

@@ -6,6 +6,7 @@ import numpy as np
 from ..tensor import ShapeError, format_shape
 from .elementwise import cast, equal, exp, log
 from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype, normalize_axis
+from .shape import op_axes
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -159,7 +160,7 @@ def _squeeze_spec(inputs, axis):
     (x,) = inputs
     for a in axis:
         if x.shape[a] not in (1, None):
-            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]}")
+            raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} in {format_shape(x.shape)}")
     return tuple(d for i, d in enumerate(x.shape) if i not in axis), x.dtype
 
 
@@ -174,11 +175,11 @@ defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand
 def expand_dims(x, axis):
     """Insert size-1 axes at ``axis`` (positions in the result, like numpy.expand_dims)."""
     (x,) = coerce(x)
-    axes = normalize_axis(axis, x.ndim + (1 if isinstance(axis, int) else len(axis)))
+    axes = op_axes("expand_dims", axis, x.ndim + (1 if isinstance(axis, int) else len(axis)))
     return apply("expand_dims", (x,), {"axis": axes})
 
 
 def squeeze(x, axis):
     (x,) = coerce(x)
-    return apply("squeeze", (x,), {"axis": normalize_axis(axis, x.ndim)})
+    return apply("squeeze", (x,), {"axis": op_axes("squeeze", axis, x.ndim)})
 

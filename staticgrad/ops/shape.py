@@ -7,6 +7,15 @@ from ..tensor import ShapeError, format_shape
 from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, normalize_axis
 
 
+def op_axes(op, axis, ndim):
+    """normalize_axis, failing with the op's name and the user's line like every build-time error."""
+    try:
+        return normalize_axis(axis, ndim)
+    except ShapeError as err:
+        from ..tensor import user_frame
+        raise ShapeError(f"{op}: {err} (at {user_frame()})") from None
+
+
 # ------------------------------------------------------------------ reshape
 def _reshape_spec(inputs, shape):
     (x,) = inputs
@@ -94,7 +103,6 @@ def swap_last(x):
 
 
 # ------------------------------------------------------------------ indexing
-_BIG = 2 ** 40  # stands in for unknown sizes when numpy works out an index's result shape
 
 
 def normalize_index(index):
@@ -120,12 +128,53 @@ def normalize_index(index):
     return tuple(out)
 
 
+def _index_extent(index):
+    """The largest absolute number written in ``index``: sizes beyond it cannot change how it slices."""
+    values = [0]
+    for item in index:
+        if isinstance(item, int):
+            values.append(abs(item))
+        elif isinstance(item, slice):
+            values += [abs(v) for v in (item.start, item.stop, item.step) if v is not None]
+        elif isinstance(item, np.ndarray) and item.dtype.kind in "iu" and item.size:
+            values.append(int(np.abs(item).max()))
+    return max(values)
+
+
+def _pin_masks(shape, index):
+    """``shape`` with unknown axes under a bool mask set to the mask's size (they must match it anyway)."""
+    shape = list(shape)
+    width = [item.ndim if isinstance(item, np.ndarray) and item.dtype == np.bool_ else 0 if item is None
+             else 1 for item in index if item is not Ellipsis]
+    axis = 0
+    for item in index:
+        if item is Ellipsis:
+            axis += len(shape) - sum(width)
+            continue
+        if isinstance(item, np.ndarray) and item.dtype == np.bool_:
+            for k, n in enumerate(item.shape):
+                if axis + k < len(shape) and shape[axis + k] is None:
+                    shape[axis + k] = n
+            axis += item.ndim
+        elif item is not None:
+            axis += 1
+    return tuple(shape)
+
+
+# A dummy element of zero bytes: numpy works out an index's result shape without allocating data.
+_EMPTY = np.empty((), np.dtype([]))
+
+
 def _index_shape(shape, index):
+    """The static shape of ``x[index]``: probe numpy with two sizes for each unknown dim, both larger than
+    any number in the index, and keep the dims that come out the same (the index fixes them)."""
+    shape = _pin_masks(shape, index)
+    small = _index_extent(index) + 2
+
     def probe(fill):
-        dummy = np.broadcast_to(np.empty((), np.int8), tuple(fill if d is None else d for d in shape))
-        return dummy[index].shape
+        return np.broadcast_to(_EMPTY, tuple(fill if d is None else d for d in shape))[index].shape
     try:
-        a, b = probe(_BIG), probe(_BIG + 1000)
+        a, b = probe(small), probe(2 * small + 1)
     except IndexError as err:
         raise ShapeError(f"index {index} does not fit shape {format_shape(shape)}: {err}") from None
     return tuple(d if d == e else None for d, e in zip(a, b))
@@ -261,12 +310,17 @@ def concatenate(tensors, axis=0):
     tensors = coerce(*tensors)
     if not tensors:
         raise ValueError("concatenate: need at least one tensor")
-    axis = normalize_axis(axis, tensors[0].ndim)[0]
+    axis = op_axes("concatenate", axis, tensors[0].ndim)[0]
     return apply("concatenate", tensors, {"axis": axis})
 
 
 def _stack_spec(inputs, axis):
-    shape, dtype = _concat_spec([_Unsqueezed(x, axis) for x in inputs], axis)
+    try:
+        shape, dtype = _concat_spec([_Unsqueezed(x, axis) for x in inputs], axis)
+    except ShapeError:
+        # Name the shapes the user passed, not the unsqueezed stand-ins.
+        raise ShapeError("all inputs must have the same shape, got "
+                         + ", ".join(format_shape(x.shape) for x in inputs)) from None
     shape = list(shape)
     shape[axis] = len(inputs)
     return tuple(shape), dtype
@@ -297,6 +351,6 @@ def stack(tensors, axis=0):
     tensors = coerce(*tensors)
     if not tensors:
         raise ValueError("stack: need at least one tensor")
-    axis = normalize_axis(axis, tensors[0].ndim + 1)[0]
+    axis = op_axes("stack", axis, tensors[0].ndim + 1)[0]
     return apply("stack", tensors, {"axis": axis})
 

@@ -1,0 +1,307 @@
+"""Every op, checked from its spec in tests/op_specs.py: forward value, static shape/dtype, gradients."""
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.ops import REGISTRY, broadcast_to, expand_dims, squeeze
+from staticgrad.testing import check_grads
+from tests.op_specs import OP_SPECS
+
+THIS_FILE = os.path.basename(__file__)
+GRAD_SPECS = [s for s in OP_SPECS if s.grad]
+NONDIFF_SPECS = [s for s in OP_SPECS if not s.grad]
+
+
+def by_id(specs):
+    return pytest.mark.parametrize("spec", specs, ids=lambda s: s.id)
+
+
+def sample(spec):
+    """The spec's inputs, from a generator seeded by its id so that every run sees the same numbers."""
+    return spec.sample(np.random.default_rng(zlib.crc32(spec.id.encode())))
+
+
+def placeholders(arrays, batch_none=False, requires_grad=False):
+    """One placeholder per array; with ``batch_none`` its first dim is left unknown."""
+    out = []
+    for k, a in enumerate(arrays):
+        shape = a.shape
+        if batch_none and a.ndim and not (requires_grad and a.shape[0] == 1):
+            # A size-1 dim left unknown cannot be told from a broadcast one, so gradients keep it static.
+            shape = (None,) + a.shape[1:]
+        grad = requires_grad and a.dtype.kind == "f"
+        out.append(sg.placeholder(shape, dtype=a.dtype, name=f"in{k}", requires_grad=grad))
+    return out
+
+
+def evaluate(spec, arrays, batch_none=False, optimize=True):
+    phs = placeholders(arrays, batch_none)
+    y = spec.build(*phs)
+    return y, sg.compile(y, inputs=phs, optimize=optimize)(*arrays)
+
+
+def assert_static_matches(y, value):
+    assert y.ndim == value.ndim, f"static shape {y.shape}, runtime {value.shape}"
+    for static, actual in zip(y.shape, value.shape):
+        assert static is None or static == actual, f"static shape {y.shape}, runtime {value.shape}"
+    assert y.dtype == value.dtype, f"static dtype {y.dtype}, runtime {value.dtype}"
+
+
+def as_float32(arrays):
+    return [a.astype(np.float32) if a.dtype.kind == "f" else a for a in arrays]
+
+
+# ------------------------------------------------------------------ coverage
+def test_every_op_has_a_spec():
+    assert set(REGISTRY) <= {s.op for s in OP_SPECS}
+
+
+def test_spec_ids_are_unique():
+    ids = [s.id for s in OP_SPECS]
+    assert len(ids) == len(set(ids))
+
+
+# ------------------------------------------------------------------ forward values, shapes and dtypes
+@by_id(OP_SPECS)
+@pytest.mark.parametrize("optimize", [True, False], ids=["opt", "noopt"])
+def test_forward_matches_numpy(spec, optimize):
+    arrays = sample(spec)
+    y, value = evaluate(spec, arrays, optimize=optimize)
+    expected = np.asarray(spec.reference(*arrays))
+    assert value.shape == expected.shape
+    assert value.dtype == expected.dtype
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)
+    assert y.shape == value.shape and y.dtype == value.dtype
+
+
+@by_id([s for s in OP_SPECS if s.dynamic])
+def test_static_shape_with_unknown_batch(spec):
+    arrays = sample(spec)
+    y, value = evaluate(spec, arrays, batch_none=True)
+    assert_static_matches(y, value)
+    np.testing.assert_allclose(value, spec.reference(*arrays), rtol=1e-12, atol=1e-12)
+
+
+@by_id(OP_SPECS)
+def test_float32_stays_float32(spec):
+    arrays = sample(spec)
+    small = as_float32(arrays)
+    y, value = evaluate(spec, small)
+    assert_static_matches(y, value)
+    if spec.keeps_float and any(a.dtype.kind == "f" for a in arrays):
+        assert value.dtype == np.float32
+    np.testing.assert_allclose(value, spec.reference(*arrays), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ gradients
+@by_id(GRAD_SPECS)
+def test_grad(spec):
+    assert check_grads(spec.build, sample(spec), order=spec.order, **spec.tol)
+
+
+def first_grads(spec, arrays, batch_none=False):
+    """Gradients of sum(y * w) for a fixed w, with respect to every float input, and their static tensors."""
+    phs = placeholders(arrays, batch_none, requires_grad=True)
+    y = spec.build(*phs)
+    weights = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(spec.reference(*arrays)))
+    loss = sg.sum(y * sg.constant(weights.astype(y.dtype)))
+    wrt = [p for p in phs if p.requires_grad]
+    grads = sg.grad(loss, wrt)
+    return grads, sg.compile(grads, inputs=phs)(*arrays)
+
+
+@by_id([s for s in GRAD_SPECS if s.dynamic])
+def test_grad_with_unknown_batch(spec):
+    # The VJPs take runtime shapes (broadcast_like, reshape_like, split, size) when static ones are unknown.
+    arrays = sample(spec)
+    _, static_values = first_grads(spec, arrays)
+    grads, values = first_grads(spec, arrays, batch_none=True)
+    floats = [a for a in arrays if a.dtype.kind == "f"]
+    for g, value, expected, a in zip(grads, values, static_values, floats):
+        assert value.shape == a.shape
+        assert_static_matches(g, value)
+        np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)
+
+
+@by_id(GRAD_SPECS)
+def test_float32_gradients_stay_float32(spec):
+    arrays = sample(spec)
+    _, expected = first_grads(spec, arrays)
+    grads, values = first_grads(spec, as_float32(arrays))
+    for g, value, want in zip(grads, values, expected):
+        assert g.dtype == np.float32 and value.dtype == np.float32
+        np.testing.assert_allclose(value, want, rtol=2e-3, atol=2e-3)
+
+
+@by_id([s for s in NONDIFF_SPECS if any(a.dtype.kind == "f" for a in sample(s))])
+def test_nondifferentiable_ops_pass_no_gradient(spec):
+    arrays = sample(spec)
+    phs = placeholders(arrays, requires_grad=True)
+    y = spec.build(*phs)
+    loss = sg.sum(sg.ops.cast(y, np.float64) * 3.0)
+    wrt = [p for p in phs if p.requires_grad]
+    floats = [a for a in arrays if a.dtype.kind == "f"]
+    for value, a in zip(sg.compile(sg.grad(loss, wrt), inputs=phs)(*arrays), floats):
+        assert value.shape == a.shape
+        assert not value.any()
+
+
+# ------------------------------------------------------------------ what finite differences cannot see
+def grads_at(fn, *arrays):
+    phs = [sg.placeholder(a.shape, name=f"in{k}", requires_grad=True) for k, a in enumerate(arrays)]
+    return sg.compile(sg.grad(fn(*phs), phs), inputs=phs)(*arrays)
+
+
+def test_max_ties_share_the_gradient():
+    (g,) = grads_at(lambda x: sg.max(x), np.array([1.0, 3.0, 3.0]))
+    np.testing.assert_allclose(g, [0.0, 0.5, 0.5])
+    (g,) = grads_at(lambda x: sg.sum(sg.min(x, axis=1)), np.array([[2.0, 2.0, 5.0], [1.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(g, [[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
+
+
+def test_maximum_ties_split_evenly():
+    gx, gy = grads_at(lambda x, y: sg.sum(sg.maximum(x, y)), np.array([1.0, 2.0, 3.0]), np.array([1.0, 5.0, 0.0]))
+    np.testing.assert_allclose(gx, [0.5, 0.0, 1.0])
+    np.testing.assert_allclose(gy, [0.5, 1.0, 0.0])
+
+
+def test_relu_gradient_at_zero_is_zero():
+    (g,) = grads_at(lambda x: sg.sum(sg.relu(x)), np.array([-1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(g, [0.0, 0.0, 1.0])
+
+
+def test_abs_gradient_at_zero_is_zero():
+    (g,) = grads_at(lambda x: sg.sum(sg.abs(x)), np.array([-1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(g, [-1.0, 0.0, 1.0])
+
+
+def test_clip_gradient_passes_at_the_bounds():
+    (g,) = grads_at(lambda x: sg.sum(sg.clip(x, -1.0, 1.0)), np.array([-2.0, -1.0, 0.0, 1.0, 2.0]))
+    np.testing.assert_allclose(g, [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def test_stop_gradient_blocks_one_path_only():
+    (g,) = grads_at(lambda x: sg.sum(x * sg.stop_gradient(x)), np.array([1.0, -2.0]))
+    np.testing.assert_allclose(g, [1.0, -2.0])
+
+
+def test_getitem_repeated_indices_accumulate():
+    (g,) = grads_at(lambda x: sg.sum(x[np.array([0, 2, 2, 2])]), np.zeros(3))
+    np.testing.assert_allclose(g, [1.0, 0.0, 3.0])
+
+
+def test_pow_gradient_at_zero_base_is_finite():
+    # d(x**y)/dy = x**y log x is 0 at x = 0 for y > 0 (the limit), as torch gives; never nan.
+    gx, gy = grads_at(lambda x, y: sg.sum(x ** y), np.array([0.0, 2.0]), np.array([2.0, 3.0]))
+    np.testing.assert_allclose(gx, [0.0, 12.0])
+    np.testing.assert_allclose(gy, [0.0, 8.0 * np.log(2.0)])
+
+
+def test_softmax_cross_entropy_rejects_out_of_range_labels():
+    logits = sg.placeholder((2, 3))
+    labels = sg.placeholder((2,), dtype="int64")
+    fn = sg.compile(sg.softmax_cross_entropy(logits, labels), inputs=[logits, labels])
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        fn(np.zeros((2, 3)), np.array([0, 3]))
+
+
+# ------------------------------------------------------------------ principle 6: dtypes are kept
+SCALAR_CASES = [
+    ("tensor+float", lambda x: x + 1.5),
+    ("float+tensor", lambda x: 1.5 + x),
+    ("int*tensor", lambda x: 2 * x),
+    ("tensor-int", lambda x: x - 1),
+    ("float/tensor", lambda x: 1.0 / x),
+    ("tensor**int", lambda x: x ** 2),
+    ("float**tensor", lambda x: 2.0 ** x),
+    ("maximum", lambda x: sg.maximum(x, 0.0)),
+    ("minimum-first", lambda x: sg.minimum(0.5, x)),
+    ("where", lambda x: sg.where(x > 0.0, x, 0.0)),
+    ("clip", lambda x: sg.clip(x, 0, 1.5)),
+    ("concatenate", lambda x: sg.concatenate([x, x * 0.5])),
+]
+
+
+@pytest.mark.parametrize("case", SCALAR_CASES, ids=lambda c: c[0])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_python_scalars_adopt_the_tensor_dtype(case, dtype):
+    x = sg.placeholder((3,), dtype=dtype, name="x")
+    y = case[1](x)
+    assert y.dtype == np.dtype(dtype)
+    value = sg.compile(y, inputs=[x])(np.array([0.5, 1.0, 2.0], dtype=dtype))
+    assert value.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_python_ints_keep_integer_tensors_integer(dtype):
+    n = sg.placeholder((3,), dtype=dtype, name="n")
+    y = n * 2 + 1
+    assert y.dtype == np.dtype(dtype)
+    assert sg.compile(y, inputs=[n])(np.array([1, 2, 3], dtype=dtype)).dtype == np.dtype(dtype)
+    # A float scalar cannot be held by an integer tensor: numpy promotes, and so do we.
+    assert (n * 0.5).dtype == np.float64
+
+
+def test_float32_gradient_of_a_float32_loss_is_float32():
+    x = sg.placeholder((2, 3), dtype="float32", requires_grad=True)
+    loss = sg.mean(sg.softmax(x * 2.0) ** 2) + sg.logsumexp(x) / 3
+    assert loss.dtype == np.float32
+    g = sg.grad(loss, [x])[0]
+    assert g.dtype == np.float32
+    assert sg.compile(g, inputs=[x])(np.ones((2, 3), np.float32)).dtype == np.float32
+
+
+# ------------------------------------------------------------------ build-time shape errors
+def _ph(*shape, dtype="float64"):
+    return sg.placeholder(shape, dtype=dtype)
+
+
+SHAPE_ERRORS = [   # (op named in the message, shapes named in it, the expression that must fail)
+    ("matmul", ["(3, 4)", "(5, 2)"], lambda: _ph(3, 4) @ _ph(5, 2)),
+    ("matmul", ["(3,)", "(4,)"], lambda: sg.matmul(_ph(3), _ph(4))),
+    ("matmul", ["(2, 2, 3)", "(3, 3, 2)"], lambda: _ph(2, 2, 3) @ _ph(3, 3, 2)),
+    ("add", ["(3,)", "(4,)"], lambda: _ph(3) + _ph(4)),
+    ("mul", ["(2, 3)", "(3, 2)"], lambda: sg.mul(_ph(2, 3), _ph(3, 2))),
+    ("maximum", ["(None, 3)", "(2,)"], lambda: sg.maximum(_ph(None, 3), _ph(2))),
+    ("where", ["(2,)", "(3,)"], lambda: sg.where(_ph(2, dtype=bool), _ph(3), 0.0)),
+    ("concatenate", ["(2, 3)", "(2, 4)"], lambda: sg.concatenate([_ph(2, 3), _ph(2, 4)])),
+    ("stack", ["(2, 3)", "(3, 2)"], lambda: sg.stack([_ph(2, 3), _ph(3, 2)])),
+    ("reshape", ["(2, 3)", "(4,)"], lambda: _ph(2, 3).reshape(4)),
+    ("softmax_cross_entropy", ["(3,)", "(4, 3)"], lambda: sg.softmax_cross_entropy(_ph(4, 3), _ph(3, dtype="int64"))),
+    ("getitem", ["(3, 4)"], lambda: _ph(3, 4)[5]),
+    ("getitem", ["(3, 4)"], lambda: _ph(3, 4)[0, 0, 0]),
+    ("sum", [], lambda: sg.sum(_ph(2, 3), axis=2)),
+    ("mean", [], lambda: _ph(2, 3).mean(axis=(0, 0))),
+    ("transpose", [], lambda: sg.transpose(_ph(2, 3), (0, 0))),
+    ("softmax", [], lambda: sg.softmax(_ph(2, 3), axis=3)),
+    ("log_softmax", [], lambda: sg.log_softmax(_ph(2, 3), axis=-3)),
+    ("concatenate", [], lambda: sg.concatenate([_ph(2, 3), _ph(2, 3)], axis=2)),
+    ("stack", [], lambda: sg.stack([_ph(2, 3), _ph(2, 3)], axis=4)),
+    ("squeeze", ["(2, 3)"], lambda: squeeze(_ph(2, 3), 0)),
+    ("squeeze", [], lambda: squeeze(_ph(2, 1), 2)),
+    ("expand_dims", [], lambda: expand_dims(_ph(2, 3), 5)),
+    ("broadcast_to", ["(2, 3)", "(3, 3)"], lambda: broadcast_to(_ph(2, 3), (3, 3))),
+    ("clip", ["(2, 3)", "(4,)"], lambda: sg.clip(_ph(2, 3), _ph(4), 1.0)),
+]
+
+
+@pytest.mark.parametrize("op, shapes, make", SHAPE_ERRORS, ids=[f"{c[0]}-{k}" for k, c in enumerate(SHAPE_ERRORS)])
+def test_shape_error_names_op_shapes_and_line(op, shapes, make):
+    with pytest.raises(sg.ShapeError) as info:
+        make()
+    message = str(info.value)
+    assert message.startswith(op + ":"), message
+    for shape in shapes:
+        assert shape in message, message
+    # The lambda's line is where the user wrote the bad expression.
+    assert f"{THIS_FILE}:{make.__code__.co_firstlineno}" in message, message
+
+
+def test_shape_errors_are_value_errors():
+    with pytest.raises(ValueError):
+        _ph(3) + _ph(4)
