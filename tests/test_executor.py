@@ -1,0 +1,359 @@
+"""Calling a compiled function: feeds, outputs, updates, and what a failing call leaves behind."""
+import re
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.ops.registry import REGISTRY, apply, defop, same_spec
+
+
+@pytest.fixture
+def xt():
+    x = sg.placeholder((None, 3), name="x")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    W = sg.parameter(np.arange(6.0).reshape(3, 2), name="W")
+    y = sg.sum(x @ W) + sg.sum(t)
+    return x, t, W, y, sg.compile(y, inputs=[x, t])
+
+
+def expected_y(X, T, W):
+    return float((X @ W).sum() + T.sum())
+
+
+# ------------------------------------------------------------------ ways to feed
+def test_positional_feeds_follow_inputs(xt, rng):
+    x, t, W, y, fn = xt
+    X, T = rng.normal(size=(4, 3)), np.array([1, 2, 3, 4])
+    assert float(fn(X, T)) == pytest.approx(expected_y(X, T, W.value))
+    fn_swapped = sg.compile(y, inputs=[t, x])
+    assert float(fn_swapped(T, X)) == pytest.approx(expected_y(X, T, W.value))
+
+
+def test_dict_by_placeholder_and_by_name(xt, rng):
+    x, t, W, y, fn = xt
+    X, T = rng.normal(size=(2, 3)), np.array([5, 6])
+    want = expected_y(X, T, W.value)
+    assert float(fn({x: X, t: T})) == pytest.approx(want)
+    assert float(fn({"x": X, "t": T})) == pytest.approx(want)
+    assert float(fn({x: X, "t": T})) == pytest.approx(want)
+
+
+def test_inputs_none_feeds_every_placeholder_by_dict(rng):
+    x = sg.placeholder((None,), name="x")
+    z = sg.placeholder((), name="z")
+    fn = sg.compile(sg.sum(x) * z)
+    assert float(fn({"x": np.ones(4), z: 2.0})) == 8.0
+
+
+def test_feeds_convert_lists_and_compatible_dtypes(xt):
+    x, t, W, y, fn = xt
+    # a list, float32 into float64, bool into int64: all castable with same_kind
+    out = fn([[1.0, 0.0, 0.0]], np.array([True]))
+    assert float(out) == pytest.approx(expected_y(np.array([[1.0, 0, 0]]), np.array([1]), W.value))
+    out32 = fn(np.ones((2, 3), dtype=np.float32), np.array([1, 1], dtype=np.int32))
+    assert float(out32) == pytest.approx(expected_y(np.ones((2, 3)), np.array([1, 1]), W.value))
+
+
+def test_python_scalar_feed_for_a_0d_placeholder():
+    s = sg.placeholder((), name="s")
+    fn = sg.compile(s * 3.0, inputs=[s])
+    out = fn(2)
+    assert isinstance(out, np.ndarray) and out.shape == () and float(out) == 6.0
+
+
+# ------------------------------------------------------------------ bad feeds
+def assert_feed_error(info, name, *fragments):
+    msg = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert re.search(rf"\b{name}\b", msg), msg
+    for fragment in fragments:
+        assert fragment in msg, (fragment, msg)
+
+
+def test_missing_feed_by_dict(xt):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn({x: np.ones((2, 3))})
+    assert_feed_error(info, "t", "(None,)", "int64")
+
+
+def test_missing_feed_positionally(xt):
+    # Too few positional feeds: the missing placeholder and what it expects are named.
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn(np.ones((2, 3)))
+    assert_feed_error(info, "t", "(None,)", "int64")
+
+
+def test_too_many_positional_feeds(xt):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError):
+        fn(np.ones((2, 3)), np.arange(2), np.arange(2))
+
+
+def test_unknown_name_is_an_error(xt):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn({x: np.ones((2, 3)), t: np.arange(2), "bogus": 1.0})
+    assert_feed_error(info, "bogus")
+
+
+def test_placeholder_that_is_not_an_input_is_an_error(xt):
+    x, t, W, y, fn = xt
+    other = sg.placeholder((None, 3), name="other")
+    with pytest.raises(sg.FeedError) as info:
+        fn({other: np.ones((2, 3)), x: np.ones((2, 3)), t: np.arange(2)})
+    assert_feed_error(info, "other")
+
+
+def test_feeding_the_same_placeholder_twice_is_an_error(xt):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError, match="x"):
+        fn({x: np.ones((2, 3)), "x": np.ones((2, 3)), t: np.arange(2)})
+
+
+@pytest.mark.parametrize("value, given_shape, given_dtype", [
+    (np.ones(3), "(3,)", "float64"),                  # wrong rank
+    (np.ones((2, 3, 1)), "(2, 3, 1)", "float64"),     # wrong rank
+    (np.ones((2, 4)), "(2, 4)", "float64"),           # wrong size on a fixed axis
+    (np.ones((2, 3), dtype=np.complex128), "(2, 3)", "complex128"),
+    (np.array([["a", "b", "c"]]), "(1, 3)", "<U1"),
+    (np.array([[object(), 1, 2]], dtype=object), "(1, 3)", "object"),
+], ids=["rank1", "rank3", "size", "complex", "text", "object"])
+def test_bad_feed_for_x_names_it_with_expected_and_given(xt, value, given_shape, given_dtype):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn(value, np.arange(2))
+    assert_feed_error(info, "x", "(None, 3)", "float64", given_shape, given_dtype)
+
+
+@pytest.mark.parametrize("value, given_dtype", [
+    (np.array([0.5, 1.5]), "float64"),
+    (np.array([1.0, 2.0], dtype=np.float32), "float32"),
+    (np.array(["1", "2"]), "<U1"),
+], ids=["float", "float32", "text"])
+def test_float_or_text_into_int_placeholder_is_an_error(xt, value, given_dtype):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn(np.ones((2, 3)), value)
+    assert_feed_error(info, "t", "(None,)", "int64", "(2,)", given_dtype)
+
+
+def test_bad_feed_by_dict_names_the_placeholder(xt):
+    x, t, W, y, fn = xt
+    with pytest.raises(sg.FeedError) as info:
+        fn({"x": np.ones((2, 5)), "t": np.arange(2)})
+    assert_feed_error(info, "x", "(None, 3)", "(2, 5)")
+
+
+def test_fixed_size_placeholder_rejects_other_sizes():
+    p = sg.placeholder((2, 2), name="p")
+    fn = sg.compile(sg.sum(p), inputs=[p])
+    assert float(fn(np.ones((2, 2)))) == 4.0
+    with pytest.raises(sg.FeedError) as info:
+        fn(np.ones((3, 2)))
+    assert_feed_error(info, "p", "(2, 2)", "(3, 2)")
+
+
+# ------------------------------------------------------------------ outputs
+def test_single_output_is_an_array_0d_for_a_scalar(xt):
+    x, t, W, y, fn = xt
+    out = fn(np.ones((2, 3)), np.arange(2))
+    assert type(out) is np.ndarray and out.shape == () and out.dtype == np.float64
+
+
+def test_list_of_outputs_returns_a_list_even_of_one(rng):
+    x = sg.placeholder((None, 2), name="x")
+    fn1 = sg.compile([sg.sum(x)], inputs=[x])
+    fn2 = sg.compile([sg.sum(x), x * 2.0], inputs=[x])
+    X = rng.normal(size=(3, 2))
+    one = fn1(X)
+    assert isinstance(one, list) and len(one) == 1 and type(one[0]) is np.ndarray and one[0].shape == ()
+    s, d = fn2(X)
+    assert type(s) is np.ndarray and s.shape == () and d.shape == (3, 2)
+    np.testing.assert_allclose(d, 2 * X)
+
+
+def test_leaves_as_outputs(rng):
+    x = sg.placeholder((None, 2), name="x")
+    W = sg.parameter(rng.normal(size=(2, 2)), name="W")
+    c = sg.constant(np.array([1.0, 2.0]))
+    X = rng.normal(size=(3, 2))
+    x_out, W_out, c_out = sg.compile([x, W, c], inputs=[x])(X)
+    np.testing.assert_array_equal(x_out, X)
+    np.testing.assert_array_equal(W_out, W.value)
+    np.testing.assert_array_equal(c_out, [1.0, 2.0])
+    W_out[...] = 0.0            # the caller's copy: the parameter must not change
+    assert W.value.any()
+
+
+def test_outputs_survive_the_next_call(rng):
+    # Buffers may be reused inside a call, never across what a caller already holds.
+    x = sg.placeholder((None, 3), name="x")
+    W = sg.parameter(rng.normal(size=(3, 3)), name="W")
+    h = sg.tanh(x @ W)
+    gW = sg.grad(sg.sum(h * h), W)
+    fn = sg.compile([h, gW, sg.sum(h)], inputs=[x])
+    X1, X2 = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    first = fn(X1)
+    kept = [a.copy() for a in first]
+    fn(X2)
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_feeds_and_parameters_are_not_written_into(rng):
+    x = sg.placeholder((None, 3), name="x")
+    W = sg.parameter(rng.normal(size=(3,)), name="W")
+    y = sg.relu(-(x * 2.0)) + sg.exp(W) * x - W
+    fn = sg.compile([y, sg.grad(sg.sum(y), W)], inputs=[x])
+    X = rng.normal(size=(5, 3))
+    X_copy, W_copy = X.copy(), W.value.copy()
+    a = fn(X)
+    b = fn(X)
+    np.testing.assert_array_equal(X, X_copy)
+    np.testing.assert_array_equal(W.value, W_copy)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_float32_stays_float32(rng):
+    x = sg.placeholder((None, 2), dtype="float32", name="x")
+    W = sg.parameter(rng.normal(size=(2, 2)).astype(np.float32), name="W")
+    y = sg.mean(sg.sigmoid(x @ W) * 2.0 + 1)
+    gW = sg.grad(y, W)
+    out = sg.compile([y, gW], inputs=[x], updates=[(W, W - 0.1 * gW)])(np.ones((3, 2), dtype=np.float32))
+    assert out[0].dtype == np.float32 and out[1].dtype == np.float32
+    assert W.value.dtype == np.float32
+
+
+# ------------------------------------------------------------------ updates
+def test_updates_use_values_from_before_the_call(compile_both):
+    A = sg.parameter(np.array([1.0, 2.0]), name="A")
+    B = sg.parameter(np.array([10.0, 20.0]), name="B")
+    out, fn = compile_both([A * 1.0, B * 1.0], updates=[(A, A + B), (B, A * 2.0)])
+    np.testing.assert_array_equal(out[0], [1.0, 2.0])       # outputs see the old values
+    np.testing.assert_array_equal(out[1], [10.0, 20.0])
+    np.testing.assert_array_equal(A.value, [11.0, 22.0])
+    np.testing.assert_array_equal(B.value, [2.0, 4.0])       # from the old A, not the new one
+
+
+def test_swapping_two_parameters_with_updates(compile_both):
+    A = sg.parameter(np.array([1.0, 2.0]), name="A")
+    B = sg.parameter(np.array([3.0, 4.0]), name="B")
+    _, fn = compile_both([], updates={A: B, B: A})
+    np.testing.assert_array_equal(A.value, [3.0, 4.0])
+    np.testing.assert_array_equal(B.value, [1.0, 2.0])
+    fn()
+    np.testing.assert_array_equal(A.value, [1.0, 2.0])
+    np.testing.assert_array_equal(B.value, [3.0, 4.0])
+    A.value[0] = 100.0             # after the swap the two parameters must not share memory
+    assert B.value[0] == 3.0
+
+
+def test_updates_accept_dict_and_python_scalars(compile_both):
+    A = sg.parameter(np.array([1.0, 2.0]), name="A")
+    s = sg.parameter(5.0, name="s")
+    compile_both([], updates={A: A * 3.0, s: 0.0})
+    np.testing.assert_array_equal(A.value, [3.0, 6.0])
+    assert float(s.value) == 0.0 and s.value.shape == ()
+
+
+def test_update_to_a_broadcast_expression_keeps_the_parameter_shape(compile_both):
+    A = sg.parameter(np.ones((2, 3)), name="A")
+    compile_both([], updates=[(A, sg.sum(A) + sg.constant(np.zeros(3)))])
+    assert A.value.shape == (2, 3)
+    np.testing.assert_array_equal(A.value, np.full((2, 3), 6.0))
+
+
+def test_setting_a_parameter_value_is_seen_by_the_next_call():
+    A = sg.parameter(np.array([1.0, 2.0]), name="A")
+    fn = sg.compile(sg.sum(A * A))
+    assert float(fn()) == 5.0
+    A.value = np.array([3.0, 0.0])
+    assert float(fn()) == 9.0
+    with pytest.raises(ValueError):
+        A.value = np.ones(3)
+
+
+def test_repeated_steps_follow_gradient_descent(rng):
+    w = sg.parameter(np.array([3.0, -2.0]), name="w")
+    loss = sg.sum(w * w)
+    step = sg.compile(loss, updates=[(w, w - 0.25 * sg.grad(loss, w))])
+    values = [float(step()) for _ in range(4)]
+    assert values == [13.0, 13.0 / 4, 13.0 / 16, 13.0 / 64]
+    np.testing.assert_allclose(w.value, np.array([3.0, -2.0]) / 16)
+
+
+# ------------------------------------------------------------------ failing calls change nothing
+@pytest.fixture
+def boom():
+    """A throwaway op whose kernel raises at run time when any value exceeds 100."""
+    name = f"test_boom_{uuid.uuid4().hex[:8]}"
+
+    def kernel(x):
+        if np.any(x > 100):
+            raise ValueError("boom: value over 100")
+        return x * 1.0
+
+    defop(name, kernel, same_spec, vjp=lambda g, out, x: (g,))
+    yield name                     # tests call apply(boom, ...) themselves, so the op's line is theirs
+    REGISTRY.pop(name, None)
+
+
+def _training_step(rng, boom):
+    x = sg.placeholder((None, 3), name="x")
+    t = sg.placeholder((None,), name="t")
+    W = sg.parameter(rng.normal(size=(3,)), name="W")
+    b = sg.parameter(0.5, name="b")
+    pred = sg.tanh(x * W) @ sg.constant(np.ones(3)) + b
+    loss = sg.mean((pred - t) ** 2)
+    gW, gb = sg.grad(loss, [W, b])
+    W_new, b_new = W - 0.1 * gW, b - 0.1 * gb
+    # the new W is read by an output that fails for large feeds: the failure comes after W_new exists
+    checked = apply(boom, (sg.sum(x) + W_new,))
+    return x, t, W, b, [loss, checked], [(W, W_new), (b, b_new)]
+
+
+@pytest.mark.parametrize("bad", ["runtime", "feed", "batch"])
+def test_a_call_that_raises_leaves_every_parameter_unchanged(bad, rng, boom):
+    x, t, W, b, outputs, updates = _training_step(rng, boom)
+    for optimize in (True, False):
+        fn = sg.compile(outputs, inputs=[x, t], updates=updates, optimize=optimize)
+        fn(np.ones((4, 3)), np.zeros(4))          # a good call first: a plan and buffers exist
+        W_before, b_before = W.value.copy(), b.value.copy()
+        with pytest.raises(ValueError):
+            if bad == "runtime":
+                fn(np.full((4, 3), 50.0), np.zeros(4))
+            elif bad == "feed":
+                fn(np.ones((4, 2)), np.zeros(4))
+            else:
+                fn(np.ones((4, 3)), np.zeros(5))   # batch sizes disagree: fails in the middle
+        np.testing.assert_array_equal(W.value, W_before)
+        np.testing.assert_array_equal(b.value, b_before)
+        fn(np.ones((4, 3)), np.zeros(4))           # and the function still works afterwards
+        assert not np.array_equal(W.value, W_before)
+
+
+def test_runtime_failure_names_the_op_and_the_user_line(rng, boom):
+    x = sg.placeholder((None,), name="x")
+    y = sg.exp(x) * 2.0
+    z = apply(boom, (y,)); line = f"test_executor.py:{sys._getframe().f_lineno}"  # noqa: E702
+    fn = sg.compile(sg.sum(z), inputs=[x])
+    with pytest.raises(sg.ExecutionError) as info:
+        fn(np.array([1.0, 10.0]))
+    assert isinstance(info.value, ValueError)
+    assert z.op in str(info.value) and line in str(info.value) and "boom" in str(info.value)
+
+
+def test_batch_size_mismatch_at_run_time_is_a_clear_error(rng):
+    x = sg.placeholder((None, 3), name="x")
+    t = sg.placeholder((None,), name="t")
+    y = sg.sum(x * sg.reshape(t, (-1, 1)))
+    fn = sg.compile(y, inputs=[x, t])
+    with pytest.raises(ValueError) as info:
+        fn(np.ones((2, 3)), np.ones(3))
+    assert "mul" in str(info.value) and "test_executor.py:" in str(info.value)
