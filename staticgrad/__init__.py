@@ -7,12 +7,14 @@ from . import ops
 from .autodiff import grad
 from .compiler import compile
 from .executor import ExecutionError, Function, Report
+from .io import LoadError, load, load_parameters, save, save_parameters
 from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p, log_softmax, logsumexp, matmul,
                   max, maximum, mean, min, minimum, mul, neg, pow, relu, reshape, sigmoid, sin, softmax,
                   softmax_cross_entropy, softplus, sqrt, square, stack, stop_gradient, sub, sum, tanh,
                   transpose, where)
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
+from . import data, nn, optim
 
 __version__ = "0.1.0"
 
@@ -23,4 +25,5 @@ __all__ = [
     "tanh", "sigmoid", "relu", "abs", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max",
     "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
     "softmax_cross_entropy", "stop_gradient",
+    "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data",
 ]

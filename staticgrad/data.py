@@ -167,3 +167,33 @@ def predict(fn, *arrays, batch_size=1024):
     if isinstance(results[0], list):
         return [np.concatenate([r[k] for r in results]) for k in range(len(results[0]))]
     return np.concatenate(results)
+
+
+# ------------------------------------------------------------------ small data sets and splits
+def make_moons(n=512, noise=0.1, seed=0):
+    """Two interleaving half circles (the classic toy set), made with numpy: X of shape (n, 2) and
+    labels y in {0., 1.} of shape (n,)."""
+    rng = np.random.default_rng(seed)
+    half = n // 2
+    t_top, t_bottom = rng.uniform(0, np.pi, half), rng.uniform(0, np.pi, n - half)
+    top = np.stack([np.cos(t_top), np.sin(t_top)], axis=1)
+    bottom = np.stack([1 - np.cos(t_bottom), 0.5 - np.sin(t_bottom)], axis=1)
+    X = np.concatenate([top, bottom]) + rng.normal(scale=noise, size=(n, 2))
+    y = np.concatenate([np.zeros(half), np.ones(n - half)])
+    order = rng.permutation(n)
+    return X[order], y[order]
+
+
+def train_test_split(*arrays, test_fraction=0.2, seed=0):
+    """A shuffled split of arrays sharing their first axis: (a_train, a_test, b_train, b_test, ...)."""
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ValueError("train_test_split: arrays must share their first axis")
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    test, train = order[:n_test], order[n_test:]
+    out = []
+    for a in arrays:
+        a = np.asarray(a)
+        out += [a[train], a[test]]
+    return tuple(out)
