@@ -1,0 +1,117 @@
+"""constant_fold: every node whose inputs are all constants becomes one constant, with the same value."""
+import numpy as np
+
+import staticgrad as sg
+from staticgrad import ops
+from staticgrad.passes import constant_fold
+
+from . import assert_same_values, graph_of, run_graph
+
+
+def ops_of(graph):
+    return graph.op_counts()
+
+
+def test_folds_a_product_of_constants():
+    x = sg.placeholder((None, 3), name="x")
+    prod = sg.constant(2.0) * sg.constant(3.0)
+    y = prod + x
+    graph = graph_of([y], [x])
+    before = run_graph(graph, np.ones((2, 3)))
+    folded, stats = constant_fold.run(graph)
+    assert stats.changed == 1
+    assert ops_of(folded).get("mul", 0) == 0
+    consts = [n for n in folded.nodes.values() if n.op == "constant" and n.value.shape == () and n.value == 6.0]
+    assert consts, "no constant 6.0 after folding"
+    assert ops_of(folded)["add"] == 1
+    assert_same_values(run_graph(folded, np.ones((2, 3))), before)
+
+
+def test_folds_a_whole_chain_in_one_run():
+    c = sg.constant(np.array([0.5, 2.0, 4.0]))
+    x = sg.placeholder((3,), name="x")
+    y = x * sg.exp(sg.log(c) * 2.0) + sg.sum(c)
+    graph = graph_of([y], [x])
+    before = run_graph(graph, np.ones(3))
+    folded, stats = constant_fold.run(graph)
+    assert stats.changed == 4          # log, mul, exp, sum; nothing that reads x
+    left = ops_of(folded)
+    assert left.get("log", 0) == left.get("exp", 0) == left.get("sum", 0) == 0
+    assert left["mul"] == 1 and left["add"] == 1
+    assert_same_values(run_graph(folded, np.ones(3)), before)
+
+
+def test_nothing_that_reads_a_placeholder_or_parameter_is_folded():
+    x = sg.placeholder((2,), name="x")
+    W = sg.parameter(np.ones(2), name="W")
+    y = sg.exp(x) + sg.sin(W) * 2.0
+    graph = graph_of([y], [x])
+    folded, stats = constant_fold.run(graph)
+    assert stats.changed == 0
+    assert ops_of(folded) == ops_of(graph)
+
+
+def test_keeps_dtype():
+    c = sg.constant(np.array([1.0, 4.0], dtype=np.float32))
+    x = sg.placeholder((2,), dtype="float32", name="x")
+    s = sg.sqrt(c) * 3.0
+    y = x + s
+    graph = graph_of([y], [x])
+    folded, _ = constant_fold.run(graph)
+    consts = [n for n in folded.nodes.values() if n.op == "constant" and n.value.shape == (2,)]
+    assert any(n.value.dtype == np.float32 and np.allclose(n.value, [3.0, 6.0]) for n in consts)
+    for n in consts:
+        assert n.dtype == n.value.dtype
+    out = run_graph(folded, np.zeros(2, dtype=np.float32))[0]
+    assert out.dtype == np.float32
+
+
+def test_folded_value_matches_run_time_value_even_for_inf_and_nan():
+    x = sg.placeholder((3,), name="x")
+    c = sg.constant(np.array([0.0, -1.0, 1.0]))
+    y = x + sg.log(c)
+    graph = graph_of([y], [x])
+    with np.errstate(all="ignore"):
+        before = run_graph(graph, np.zeros(3))[0]
+    folded, stats = constant_fold.run(graph)
+    assert stats.changed == 1
+    after = run_graph(folded, np.zeros(3))[0]
+    np.testing.assert_array_equal(after, before)      # -inf, nan, 0 (array_equal treats nan == nan here)
+
+
+def test_shape_only_input_of_known_shape_counts_as_constant():
+    x = sg.placeholder((2, 3), name="x")
+    z = ops.zeros_like(x)
+    y = z + 1.0
+    graph = graph_of([y], [x])
+    folded, stats = constant_fold.run(graph)
+    assert ops_of(folded).get("zeros_like", 0) == 0 and ops_of(folded).get("add", 0) == 0
+    np.testing.assert_array_equal(run_graph(folded, np.full((2, 3), 7.0))[0], np.ones((2, 3)))
+
+
+def test_shape_only_input_of_unknown_shape_is_not_folded():
+    x = sg.placeholder((None, 3), name="x")
+    y = ops.zeros_like(x) + 1.0
+    graph = graph_of([y], [x])
+    folded, _ = constant_fold.run(graph)
+    assert ops_of(folded).get("zeros_like", 0) == 1
+    assert run_graph(folded, np.ones((4, 3)))[0].shape == (4, 3)
+
+
+def test_folding_twice_changes_nothing_more():
+    x = sg.placeholder((), name="x")
+    y = x + sg.constant(2.0) * sg.constant(5.0)
+    once, _ = constant_fold.run(graph_of([y], [x]))
+    twice, stats = constant_fold.run(once)
+    assert stats.changed == 0
+    assert ops_of(twice) == ops_of(once)
+
+
+def test_folded_outputs_are_copies_the_caller_may_change():
+    # A fully constant output is folded to a constant; writing into what a call returned must not
+    # change what the next call returns.
+    y = sg.constant(np.array([1.0, 2.0])) * 2.0
+    fn = sg.compile(y)
+    first = fn()
+    first[...] = -1.0
+    np.testing.assert_array_equal(fn(), [2.0, 4.0])
