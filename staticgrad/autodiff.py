@@ -32,13 +32,6 @@ def sum_to_shape(g: Tensor, x: Tensor) -> Tensor:
     return g
 
 
-def _accumulate(parts):
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
-
-
 def _check_wrt(wrt, source):
     for w in wrt:
         if not isinstance(w, Tensor):
@@ -112,16 +105,17 @@ def _reverse_sweep(y, wrt, seed):
 def _reverse_sweep_plain(y, wrt, seed):
     graph = to_digraph([y])
     cone = _cone(graph, y.id, [w.id for w in wrt])
-    contributions = {y.id: [seed]} if y.id in cone else {}
+    # node id -> (running sum, contributions). Summing as contributions arrive (not when the node is
+    # reached) lets the executor drop each contribution right after it was added.
+    contributions = {y.id: (seed, [seed])} if y.id in cone else {}
     adjoint = {}
     sweep = []      # one step per node visited: what a reader of the backward pass wants to see
     for node_id in reversed(list(nx.topological_sort(graph))):
-        parts = contributions.pop(node_id, None)
-        if parts is None:
+        entry = contributions.pop(node_id, None)
+        if entry is None:
             continue
         node = graph.nodes[node_id]["tensor"]
-        with building(adjoint_of=node, rule="sum at fork"):
-            g = _accumulate(parts)
+        g, parts = entry
         adjoint[node_id] = g
         step = {"node": node_id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
         sweep.append(step)
@@ -137,8 +131,14 @@ def _reverse_sweep_plain(y, wrt, seed):
                 if gx is None or not need:
                     continue
                 contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x)
-                contributions.setdefault(x.id, []).append(contribution)
                 step["sends"].append((x.id, contribution.id))
+                if x.id not in contributions:
+                    contributions[x.id] = (contribution, [contribution])
+                    continue
+                total, parts = contributions[x.id]
+                parts.append(contribution)
+                with building(adjoint_of=x, rule="sum at fork"):
+                    contributions[x.id] = (total + contribution, parts)
     return adjoint, sweep
 
 

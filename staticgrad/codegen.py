@@ -98,7 +98,7 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
     slots = {}
     if memory is not None:
         for k, (shape, dtype) in enumerate(memory.slots):
-            slots[k] = ns.bind("w", np.empty(shape, dtype))
+            slots[k] = ns.bind("w", np.empty(shape, np.dtype(dtype)))
 
     last_use = {}
     for step, i in enumerate(order):

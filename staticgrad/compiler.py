@@ -82,14 +82,9 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None):
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes
-        graph, rows = passes_mod.run_pipeline(_copy(graph), pipeline)
+        graph, rows = passes_mod.run_pipeline(graph, pipeline)
         graph.assign_roles()
     return link(graph, single, rows, unoptimized)
-
-
-def _copy(graph):
-    """A deep enough copy that passes editing nodes in place leave the unoptimized graph intact."""
-    return Graph({i: n.copy() for i, n in graph.nodes.items()}, graph.outputs, graph.updates, graph.inputs)
 
 
 def link(graph, single=False, rows=(), unoptimized=None) -> Function:

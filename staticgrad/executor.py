@@ -90,10 +90,9 @@ class Function:
         self._memory_planning = memory_planning
         self._graph = None
         self._plans = {}
-        self._program = generate(ir, self._order, self._param_ids, ir.inputs)   # shape-generic
-        self._last = self._program
+        self._last = None
         if all(None not in n.shape for n in self._inputs):
-            self._last = self._plan(tuple(n.shape for n in self._inputs))
+            self._plan(tuple(n.shape for n in self._inputs))
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
@@ -195,7 +194,10 @@ class Function:
     # ------------------------------------------------------------------ looking inside
     @property
     def source(self) -> str:
-        """The generated executor code (of the plan for the latest feed shapes, once called)."""
+        """The generated executor code: the plan for the latest feed shapes, or, before any call with
+        unknown sizes, the shape-generic code."""
+        if self._last is None:
+            self._last = generate(self.ir, self._order, self._param_ids, self.ir.inputs)
         return self._last.source
 
     @property
@@ -213,7 +215,7 @@ class Function:
         """What each pass did (``.rows``), plus the plans built so far and the memory of the latest one."""
         summary = {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items())),
                    "plans": len(self._plans)}
-        memory = self._last.memory
+        memory = self._last.memory if self._last is not None else None
         if memory is not None:
             summary.update({"peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned,
                             "workspace_slots": len(memory.slots), "in_place": memory.inplace,

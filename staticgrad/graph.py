@@ -69,8 +69,12 @@ class Node:
 
     def copy(self, **changes) -> "Node":
         new = Node.__new__(Node)
-        for slot in Node.__slots__:
-            setattr(new, slot, changes.get(slot, getattr(self, slot)))
+        new.id, new.op, new.inputs, new.attrs = self.id, self.op, self.inputs, self.attrs
+        new.shape, new.dtype, new.name, new.role = self.shape, self.dtype, self.name, self.role
+        new.value, new.source, new.scope, new.adjoint_of = self.value, self.source, self.scope, self.adjoint_of
+        new.rule, new.requires_grad, new.tensor, new.meta = self.rule, self.requires_grad, self.tensor, self.meta
+        for key, value in changes.items():
+            setattr(new, key, value)
         new.inputs = list(new.inputs)
         return new
 
@@ -112,17 +116,22 @@ class Graph:
     def rebuild(self, visit) -> "Graph":
         """A new graph made by calling ``visit(new_graph, node)`` on every node in order.
 
-        ``node`` is a copy whose inputs already point at their replacements; ``visit`` returns the id
-        that stands for it in the new graph (its own id to keep it, or the id of a replacement, which it
-        may first ``new_graph.add``).
+        ``node``'s inputs already point at their replacements (it is a copy when they changed, else the
+        node itself, shared with this graph: visitors never mutate it, they add changed copies).
+        ``visit`` returns the id that stands for the node in the new graph: its own id to keep it, or the
+        id of a replacement, which it may first ``new_graph.add`` (a copy may keep the same id).
         """
         new = Graph(inputs=self.inputs)
         mapping = {}
         for node in self.nodes.values():
-            copy = node.copy(inputs=[mapping[i] for i in node.inputs])
-            result = visit(new, copy)
-            if result == copy.id and result not in new.nodes:
-                new.add(copy)
+            inputs = node.inputs
+            for i in inputs:
+                if mapping[i] != i:
+                    node = node.copy(inputs=[mapping[j] for j in inputs])
+                    break
+            result = visit(new, node)
+            if result == node.id and result not in new.nodes:
+                new.add(node)
             mapping[node.id] = result
         new.outputs = [mapping[o] for o in self.outputs]
         new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
@@ -169,20 +178,25 @@ class Graph:
 
     # ------------------------------------------------------------------ views
     def assign_roles(self):
-        """backward for adjoint nodes; update for nodes only the updates need; forward otherwise."""
+        """backward for adjoint nodes; update for nodes only the updates need; forward otherwise.
+
+        Nodes may be shared with other graphs, so a node whose role changes is replaced by a copy.
+        """
         needed_by_outputs, stack = set(), list(self.outputs)
         while stack:
             i = stack.pop()
             if i not in needed_by_outputs:
                 needed_by_outputs.add(i)
                 stack.extend(self.nodes[i].inputs)
-        for node in self.nodes.values():
+        for i, node in self.nodes.items():
             if node.role == "backward":
                 continue
-            if node.id not in needed_by_outputs and node.op not in ("parameter", "placeholder"):
-                node.role = "update"
+            if i not in needed_by_outputs and node.op not in ("parameter", "placeholder"):
+                role = "update"
             else:
-                node.role = "forward"
+                role = "forward"
+            if role != node.role:
+                self.nodes[i] = node.copy(role=role)
 
     def to_networkx(self) -> nx.DiGraph:
         g = nx.DiGraph()

@@ -7,6 +7,8 @@ bytes of intermediates are live at the peak, with and without this planning.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .ops.registry import ELEMENTWISE, REGISTRY, VIEW
@@ -38,8 +40,8 @@ def concrete_shapes(graph, order, feed_shapes) -> dict:
         node = graph.nodes[i]
         if i in specs:
             continue
-        if node.op in LEAVES:
-            specs[i] = _Spec(node.shape, node.dtype)
+        if node.op in LEAVES or None not in node.shape:
+            specs[i] = _Spec(node.shape, node.dtype)     # static shapes without unknowns are exact
             continue
         try:
             shape, dtype = REGISTRY[node.op].infer([specs[j] for j in node.inputs], **node.attrs)
@@ -57,7 +59,7 @@ def accepts_out(op) -> bool:
 
 
 def nbytes(shape, dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 class MemoryPlan:
@@ -109,7 +111,7 @@ def plan_memory(graph, order, shapes, enable=True) -> MemoryPlan:
         size = nbytes(shapes[i], node.dtype)
         sizes[i] = size
         plan.peak_unplanned += size
-        key = (tuple(shapes[i]), np.dtype(node.dtype))
+        key = (tuple(shapes[i]), node.dtype.str)     # dtype.str: hashing dtype objects is slow
         dying = [b for b in dying_at.get(step, ()) if b in plan.slot]
         elementwise = REGISTRY[node.op].has(ELEMENTWISE)
         usable = enable and i not in escaping and accepts_out(node.op)
@@ -185,12 +187,12 @@ def node_flops(node, shapes) -> int:
     """A rough count of floating-point operations for one node (matmul exact, transcendental weighted)."""
     if node.op in LEAVES or node.op in _FREE:
         return 0
-    out = int(np.prod(shapes[node.id], dtype=np.int64))
+    out = math.prod(shapes[node.id])
     if node.op == "matmul":
         a = shapes[node.inputs[0]]
         return 2 * out * (a[-1] if a else 1)
     if node.op in ("sum", "mean", "max", "min"):
-        return int(np.prod(shapes[node.inputs[0]], dtype=np.int64))
+        return math.prod(shapes[node.inputs[0]])
     return out * _HEAVY.get(node.op, 1)
 
 

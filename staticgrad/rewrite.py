@@ -16,11 +16,18 @@ LAYOUT = ("reshape", "transpose", "expand_dims", "squeeze")   # single-input ops
 
 
 class IRRewriter:
-    """Rules over IR nodes; new nodes inherit provenance from the node being rewritten."""
+    """Rules over IR nodes; new nodes inherit provenance from the node being rewritten.
 
-    def __init__(self, graph: Graph):
+    Every node a rule makes is itself rewritten before it is used, so one bottom-up traversal leaves no
+    node that a rule (which only looks at a node and its inputs) could still change: a fixed point.
+    """
+
+    def __init__(self, graph: Graph, rules=None):
         self.graph = graph
+        self.rules = rules or {}
         self.template = None
+        self.fired = 0
+        self._depth = 0
 
     def inputs(self, n):
         return [self.graph.nodes[i] for i in n.inputs]
@@ -35,6 +42,14 @@ class IRRewriter:
         node = Node(op, [x.id for x in inputs], attrs, shape, dtype, role=t.role, source=t.source, scope=t.scope,
                     adjoint_of=t.adjoint_of, rule=t.rule, requires_grad=any(x.requires_grad for x in inputs))
         self.graph.add(node)
+        if node.op in self.rules and self._depth < 8:
+            self._depth += 1
+            template = self.template
+            try:
+                node, fired = apply_rules(self, node, self.rules)
+                self.fired += fired
+            finally:
+                self.template, self._depth = template, self._depth - 1
         return node
 
     def const(self, value, dtype):
@@ -127,25 +142,27 @@ def apply_rules(rw, node, rules, limit=16):
     return current, fired
 
 
-def rewrite_graph(graph: Graph, rules: dict, max_rounds: int = 10):
-    """Apply ``rules`` over ``graph`` until a fixed point; returns (graph, rewrites, reached fixed point)."""
-    total = 0
-    for _ in range(max_rounds):
-        fired_round = 0
+def rewrite_graph(graph: Graph, rules: dict):
+    """Apply ``rules`` over ``graph`` in one bottom-up traversal; returns (graph, rewrites, fixed point).
 
-        def visit(new, node):
-            nonlocal fired_round
-            if node.op not in rules:
-                return node.id
-            rw = IRRewriter(new)
-            result, fired = apply_rules(rw, node, rules)
-            fired_round += fired
-            return result.id
-        graph = graph.rebuild(visit).without_dead()
-        total += fired_round
-        if not fired_round:
-            return graph, total, True
-    return graph, total, False
+    Inputs are rewritten before their consumers and every node a rule makes is rewritten too, so for
+    rules that only inspect a node and its inputs the result is a fixed point.
+    """
+    fired_total = 0
+
+    def visit(new, node):
+        nonlocal fired_total
+        if node.op not in rules:
+            return node.id
+        rw = IRRewriter(new, rules)
+        result, fired = apply_rules(rw, node, rules)
+        fired_total += fired + rw.fired
+        return result.id
+
+    graph = graph.rebuild(visit)
+    if fired_total:
+        graph = graph.without_dead()
+    return graph, fired_total, True
 
 
 def rewrite_tensors(order, rules, keep=()):

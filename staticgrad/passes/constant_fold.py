@@ -59,8 +59,8 @@ def run(graph):
             return node.id
         value = evaluate(node, [new.nodes[i] for i in node.inputs])
         if value is not None:
-            node.op, node.inputs, node.attrs, node.value, node.shape = "constant", [], {}, value, value.shape
-            node.requires_grad = False
+            new.add(node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape,
+                              requires_grad=False))
             folded += 1
         return node.id
 

@@ -56,8 +56,8 @@ def run(graph):
             seen[key] = node.id
             return node.id
         merged += 1
-        if node.role == "forward":
-            new.nodes[twin].role = "forward"
+        if node.role == "forward" and new.nodes[twin].role != "forward":
+            new.nodes[twin] = new.nodes[twin].copy(role="forward")
         return twin
 
     graph = graph.rebuild(visit)
