@@ -1,73 +1,86 @@
-"""The first thing to run: a 2-8-8-1 MLP learns two moons, compiled once, run batch after batch."""
+"""`staticgrad demo`: a 2-8-8-1 MLP learns two moons, compiled once, run batch after batch.
+
+It prints what was compiled, trains with a progress bar (on a terminal; epoch lines otherwise), prints
+the test accuracy, and writes into one folder the pictures of the graph (forward and backward told
+apart) as DOT and, when Graphviz is installed, SVG, the generated executor source, and the trained model.
+"""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
-from . import ops
+from . import data, nn, optim
 from .autodiff import grad
 from .compiler import compile
 from .dot import save_dot
-from .tensor import parameter, placeholder
+from .io import save
+from .ops import reshape
+from .tensor import placeholder
 
 
-def make_moons(n, noise=0.1, seed=0):
-    """Two interleaving half circles (the classic toy set), generated with numpy."""
-    rng = np.random.default_rng(seed)
-    half = n // 2
-    t_top, t_bottom = rng.uniform(0, np.pi, half), rng.uniform(0, np.pi, n - half)
-    top = np.stack([np.cos(t_top), np.sin(t_top)], axis=1)
-    bottom = np.stack([1 - np.cos(t_bottom), 0.5 - np.sin(t_bottom)], axis=1)
-    X = np.concatenate([top, bottom]) + rng.normal(scale=noise, size=(n, 2))
-    y = np.concatenate([np.zeros(half), np.ones(n - half)])
-    order = rng.permutation(n)
-    return X[order], y[order]
+def _write_pictures(fn, base, log):
+    """``base``.dot always; ``base``.svg when Graphviz's dot can render it. Returns the paths written."""
+    written = [save_dot(fn, base + ".dot")]
+    try:
+        written.append(save_dot(fn, base + ".svg"))
+    except Exception as err:        # no Graphviz, or a dot that fails: the .dot file is still there
+        if os.path.exists(base + ".svg"):
+            os.remove(base + ".svg")        # a failed render may leave a half-drawn file behind
+        log(f"  (no SVG for {os.path.basename(base)}: {str(err).splitlines()[0][:160]})")
+    return written
 
 
-def build_mlp(sizes, seed=0):
-    rng = np.random.default_rng(seed)
-    params = []
-    for k, (m, n) in enumerate(zip(sizes[:-1], sizes[1:]), 1):
-        W = parameter(rng.normal(scale=np.sqrt(2.0 / m), size=(m, n)), name=f"W{k}")
-        b = parameter(np.zeros(n), name=f"b{k}")
-        params += [W, b]
-    return params
+def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print, progress=None):
+    """Train, report and write the files; returns a dict with the accuracy and the paths written."""
+    X, y = data.make_moons(512, noise=0.15, seed=seed)
+    X_test, y_test = data.make_moons(256, noise=0.15, seed=seed + 1)
 
-
-def forward(x, params):
-    h = x
-    pairs = list(zip(params[::2], params[1::2]))
-    for k, (W, b) in enumerate(pairs):
-        h = h @ W + b
-        if k < len(pairs) - 1:
-            h = ops.tanh(h)
-    return h
-
-
-def run(out_dir="staticgrad-demo", epochs=300, lr=0.5, batch=64, seed=0, log=print):
-    X, y = make_moons(512, noise=0.15, seed=seed)
-    X_test, y_test = make_moons(256, noise=0.15, seed=seed + 1)
+    # 1. Describe the model once, over placeholders (None: any batch size).
     x = placeholder((None, 2), name="x")
     t = placeholder((None,), name="t")
-    params = build_mlp([2, 8, 8, 1], seed)
-    logits = ops.reshape(forward(x, params), (-1,))
-    # Binary cross-entropy with logits, written stably: softplus(z) - t*z.
-    loss = ops.mean(ops.softplus(logits) - t * logits)
-    grads = grad(loss, params)
-    step = compile(loss, inputs=[x, t], updates=[(p, p - lr * g) for p, g in zip(params, grads)])
+    model = nn.MLP([2, 8, 8, 1], activation="tanh", seed=seed)
+    logits = reshape(model(x), (-1,))
+    loss = nn.binary_cross_entropy_with_logits(logits, t)
+
+    # 2. Compile: forward + backward + the optimizer's updates become one function.
+    opt = optim.SGD(model, lr=0.5)
+    step = compile(loss, inputs=[x, t], updates=opt.updates(loss))
     predict = compile(logits, inputs=[x])
-    log(f"compiled a training step of {len(step.ir.nodes)} nodes "
-        f"({sum(1 for n in step.ir.nodes.values() if n.role == 'backward')} backward)")
-    rng = np.random.default_rng(seed)
-    for epoch in range(1, epochs + 1):
-        order = rng.permutation(len(X))
-        losses = [step(X[idx], y[idx]) for idx in np.array_split(order, len(X) // batch)]
-        if epoch == 1 or epoch % 50 == 0:
-            acc = np.mean((predict(X_test) > 0) == y_test)
-            log(f"epoch {epoch:4d}  loss {np.mean(losses):.4f}  test accuracy {acc:.3f}")
-    acc = float(np.mean((predict(X_test) > 0) == y_test))
+    nodes = step.ir.nodes.values()
+    log(f"compiled one training step: {len(step.ir.nodes)} nodes "
+        f"({sum(n.role == 'forward' for n in nodes)} forward, {sum(n.role == 'backward' for n in nodes)} backward, "
+        f"{sum(n.role == 'update' for n in nodes)} update)")
+
+    # 3. Run it batch after batch. The bar shows on a terminal; elsewhere a few epoch lines do.
+    show_bar = progress if progress is not None else bool(getattr(sys.stderr, "isatty", lambda: False)())
+    every = max(epochs // 5, 1)
+
+    def epoch_line(epoch, mean_loss, metrics):
+        if not show_bar and (epoch == 1 or epoch % every == 0 or epoch == epochs):
+            log(f"epoch {epoch:4d}  loss {mean_loss:.4f}  test accuracy {metrics['test_acc']:.3f}")
+
+    batches = data.batches(X, y, batch_size=batch_size, shuffle=True, seed=seed)
+    history = data.fit(step, batches, epochs=epochs, progress=show_bar, log=epoch_line,
+                       validate=lambda: {"test_acc": nn.accuracy(predict(X_test), y_test)})
+    accuracy = nn.accuracy(predict(X_test), y_test)
+    final_loss = history.loss[-1] if history.loss else float("nan")
+    log(f"final: loss {final_loss:.4f}, test accuracy {accuracy:.3f} on {len(X_test)} points")
+
+    # 4. Look inside: pictures, generated code, and the model saved as JSON + arrays.
     os.makedirs(out_dir, exist_ok=True)
-    path = save_dot(step, os.path.join(out_dir, "moons_step.dot"))
-    log(f"final test accuracy {acc:.3f}; forward+backward graph written to {path}")
-    return acc
+    grads = grad(loss, model.parameters())
+    forward_backward = compile([loss] + grads, inputs=[x, t])
+    files = _write_pictures(forward_backward, os.path.join(out_dir, "moons_forward_backward"), log)
+    files += _write_pictures(step, os.path.join(out_dir, "moons_train_step"), log)
+    source = os.path.join(out_dir, "moons_train_step.py")
+    with open(source, "w") as fh:
+        fh.write(step.source)
+    files += [source, save({"step": step, "predict": predict}, os.path.join(out_dir, "moons_model.npz"))]
+    log(f"wrote to {out_dir}/:")
+    for path in files:
+        log(f"  {os.path.basename(path)}")
+    log("the pictures tell the forward, backward and update parts apart (see their legend); "
+        "staticgrad.load('moons_model.npz') gives the trained functions back")
+    return {"accuracy": accuracy, "loss": history.loss, "files": files, "out_dir": out_dir}
