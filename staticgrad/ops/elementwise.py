@@ -59,9 +59,13 @@ _def("neg", np.negative, lambda g, out, x: (neg(g),))
 
 
 def _pow_vjp(g, out, x, y):
+    gx = g * y * power(x, y - 1)
+    if not (y.op == "constant" and np.all(y.value != 0)):
+        # x**0 is constant, but y * x**(y-1) is 0 * inf = nan at x = 0: mask it, as torch does.
+        gx = where(equal(y, 0), 0, gx)
     # x**y log x tends to 0 as x -> 0 (y > 0): taking log 1 there avoids 0 * -inf = nan, as torch does.
     safe_log = log(where(equal(x, 0), 1, x))
-    return g * y * power(x, y - 1), g * out * safe_log
+    return gx, g * out * safe_log
 
 
 _def("pow", np.power, _pow_vjp)
