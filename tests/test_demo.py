@@ -1,0 +1,70 @@
+"""`staticgrad demo` (staticgrad/demo.py): trains, reports, writes pictures, source and the model."""
+import shutil
+
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad import data, demo
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "out"
+    lines = []
+    result = demo.run(out_dir=str(out), epochs=30, log=lines.append, progress=False)
+    return result, out, lines
+
+
+def test_demo_trains_and_reports_accuracy(ran):
+    result, _, lines = ran
+    assert result["accuracy"] >= 0.9
+    assert result["loss"][-1] < result["loss"][0]
+    assert any(line.startswith("epoch    1  loss") for line in lines)       # no bar off a terminal: lines
+    assert f"test accuracy {result['accuracy']:.3f}" in lines[[k for k, l in enumerate(lines)
+                                                               if l.startswith("final:")][0]]
+
+
+def test_demo_writes_forward_backward_pictures_source_and_model(ran):
+    _, out, lines = ran
+    for name in ("moons_forward_backward.dot", "moons_train_step.dot", "moons_train_step.py", "moons_model.npz"):
+        assert (out / name).exists(), name
+    for name in ("moons_forward_backward.dot", "moons_train_step.dot"):
+        text = (out / name).read_text()
+        assert "backward" in text and "matmul" in text
+    assert "def run(" in (out / "moons_train_step.py").read_text()
+    assert any(str(out) in line for line in lines)                          # it names the folder
+
+
+def test_demo_svg_files_are_real_svg(ran):
+    _, out, _ = ran
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed")
+    assert (out / "moons_forward_backward.svg").exists()
+    for svg in out.glob("*.svg"):                   # never a half-drawn file left by a failed render
+        assert "<svg" in svg.read_text()[:2000]
+
+
+def test_demo_model_loads_back_and_predicts_as_trained(ran):
+    result, out, _ = ran
+    functions = sg.load(out / "moons_model.npz")
+    X_test, y_test = data.make_moons(256, noise=0.15, seed=1)
+    accuracy = np.mean((functions["predict"](X_test) > 0) == y_test)
+    assert accuracy == pytest.approx(result["accuracy"])
+
+
+def test_demo_without_graphviz_still_writes_dot(tmp_path, monkeypatch):
+    monkeypatch.setattr("staticgrad.dot.shutil.which", lambda name: None)
+    lines = []
+    demo.run(out_dir=str(tmp_path), epochs=2, log=lines.append, progress=False)
+    assert (tmp_path / "moons_train_step.dot").exists()
+    assert not list(tmp_path.glob("*.svg"))
+    assert any("no SVG" in line for line in lines)
+
+
+def test_demo_shows_a_progress_bar_when_asked(tmp_path, capsys):
+    lines = []
+    demo.run(out_dir=str(tmp_path), epochs=3, log=lines.append, progress=True)
+    bar = capsys.readouterr().err
+    assert "epoch 3/3" in bar and "100%" in bar and "loss=" in bar
+    assert not any(line.startswith("epoch ") for line in lines)            # the bar replaces epoch lines

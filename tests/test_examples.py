@@ -1,0 +1,74 @@
+"""The scripts in examples/ run and reach what they claim (with fast settings where that is enough)."""
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_worked_examples_reproduce_every_hand_number(capsys):
+    rows = load("worked_examples").main([])
+    printed = capsys.readouterr().out
+    wrong = [r for r in rows if not r[-1]]
+    assert not wrong, wrong
+    assert len(rows) >= 50
+    assert {r[0][:2] for r in rows} == {f"{k}." for k in range(1, 8)}        # all seven examples
+    assert "MISMATCH" not in printed and f"{len(rows)} of {len(rows)} hand values reproduced" in printed
+
+
+def test_worked_examples_compare_hand_values_to_their_written_digits():
+    agrees = load("worked_examples").agrees
+    assert agrees("0.9478", 0.94784) and not agrees("0.9478", 0.9479)
+    assert agrees("556", 556.0) and not agrees("556", 556.3)
+    assert agrees("0", 0.0) and not agrees("0", 1e-6)         # a vanished gradient must be exactly zero
+
+
+def test_moons_learns_the_two_moons():
+    result = load("moons").main(["--epochs", "40"])
+    assert result["accuracy"] >= 0.93
+    assert result["loss"][-1] < result["loss"][0]
+
+
+def test_moons_with_sgd_momentum():
+    assert load("moons").main(["--epochs", "30", "--optimizer", "sgd"])["accuracy"] >= 0.93
+
+
+def test_digits_reaches_95_percent():
+    pytest.importorskip("sklearn", reason="examples/digits.py needs scikit-learn (pip install scikit-learn)")
+    assert load("digits").main([])["accuracy"] >= 0.95
+
+
+def test_digits_without_sklearn_says_so_and_skips(monkeypatch, capsys):
+    digits = load("digits")
+    monkeypatch.setattr(digits, "load_digits", lambda: None)
+    assert digits.main([]) is None
+    assert "pip install scikit-learn" in capsys.readouterr().err
+
+
+def test_regression_matches_least_squares_and_fits_the_sine():
+    result = load("regression").main([])
+    assert result["linear_gap"] < 1e-6
+    assert result["rmse_clean"] < 0.1          # the noise has std 0.1; sin itself is followed closer than that
+
+
+def test_save_and_load(tmp_path):
+    result = load("save_and_load").main(["--out", str(tmp_path), "--epochs", "3"])
+    assert result["identical"] and result["moved"] and result["restored"]
+    assert (tmp_path / "moons.npz").exists() and (tmp_path / "moons.ckpt.npz").exists()
+
+
+def test_an_example_runs_as_a_script():
+    done = subprocess.run([sys.executable, str(EXAMPLES / "worked_examples.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "hand values reproduced" in done.stdout
