@@ -12,6 +12,8 @@ called with eager tensors it computes values.
 """
 from __future__ import annotations
 
+import os
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -19,7 +21,8 @@ import numpy as np
 from .autodiff import sum_to_shape
 from .ops import registry
 from .ops.registry import REGISTRY, as_tensor
-from .tensor import CONTEXT, GradError, ShapeError, Tensor, _ids, building, format_shape, user_frame
+from .tensor import (_PACKAGE_DIR, CONTEXT, GradError, ShapeError, Tensor, _ids, building, format_shape,
+                     user_frame)
 
 __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
 
@@ -151,15 +154,16 @@ def _leaf(value, requires_grad, name, source):
     return _new("tensor", (), {}, value, requires_grad, source, name)
 
 
-def tensor(value, requires_grad=False, dtype=None, name=None) -> EagerTensor:
-    """An eager leaf holding a copy of ``value``. Only floating tensors can require grad."""
+def tensor(value, requires_grad=False, dtype=None, name=None, copy=True) -> EagerTensor:
+    """An eager leaf holding a copy of ``value`` (``copy=False`` shares a numpy array when it can, like
+    torch.as_tensor). Only floating tensors can require grad."""
     if isinstance(value, Tensor):
         if value._value is None:
             raise TypeError(f"eager.tensor: {value!r} has no value (a symbolic tensor)")
         value = value._value
     if isinstance(value, float) and dtype is None:
         dtype = np.float64
-    arr = np.array(value, dtype=dtype, copy=True)
+    arr = np.array(value, dtype=dtype, copy=True) if copy else np.asarray(value, dtype=dtype)
     if arr.dtype.kind not in "biufc":
         raise TypeError(f"eager.tensor {name!r}: expected a numeric value, got dtype {arr.dtype}")
     if requires_grad and arr.dtype.kind not in "fc":
@@ -221,6 +225,44 @@ def _static_value(x, opname):
     return values[x.id]
 
 
+# Shape rules are pure functions of (op, input shapes and dtypes, attrs), and eager mode applies the same
+# few signatures on every step, so each passing signature is checked once. A failing one is never stored,
+# so errors are raised exactly as in static mode.
+_CHECKED = {}
+_FILES = {}
+
+
+def _infer(opdef, inputs, attrs):
+    try:
+        key = (opdef.name, tuple([(x.shape, x.dtype) for x in inputs]), tuple(attrs.items()))
+        dtype = _CHECKED.get(key)
+    except TypeError:            # an unhashable attr (an index array): check every time
+        key, dtype = None, None
+    if dtype is None:
+        try:
+            _, dtype = opdef.infer(inputs, **attrs)
+        except ShapeError as err:
+            raise ShapeError(f"{opdef.name}: {err} (at {user_frame()})") from None
+        if key is not None and len(_CHECKED) < 100_000:
+            _CHECKED[key] = dtype
+    return dtype
+
+
+def _source():
+    """What tensor.user_frame gives (the user's file:line), with the per-file test cached: eager mode
+    pays this on every op of every step."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        base = _FILES.get(filename)
+        if base is None:
+            base = _FILES[filename] = "" if filename.startswith(_PACKAGE_DIR) else os.path.basename(filename)
+        if base:
+            return f"{base}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<staticgrad>"
+
+
 def _run_op(opdef, inputs, attrs):
     values = []
     for x in inputs:
@@ -228,10 +270,7 @@ def _run_op(opdef, inputs, attrs):
         if v is None or (type(x) is not EagerTensor and x.op == "parameter"):
             v = _static_value(x, opdef.name)
         values.append(v)
-    try:
-        _, dtype = opdef.infer(inputs, **attrs)
-    except ShapeError as err:
-        raise ShapeError(f"{opdef.name}: {err} (at {user_frame()})") from None
+    dtype = _infer(opdef, inputs, attrs)
     out = opdef.kernel(*values, **attrs)
     if type(out) is not np.ndarray:
         out = np.asarray(out)      # reductions give numpy scalars
@@ -240,7 +279,7 @@ def _run_op(opdef, inputs, attrs):
     state = STATE
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
     tape = inputs if requires_grad or state.trace is not None else ()
-    t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, user_frame())
+    t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, _source())
     if state.trace is not None:
         state.trace.append(t)
     return t
@@ -272,7 +311,7 @@ def _seed(y, grad_output, who):
                         f"{format_shape(y.shape)}") from None
     if isinstance(grad_output, EagerTensor) and grad_output._requires_grad and grad_output.shape == y.shape:
         return grad_output      # a taped incoming gradient: keep its tape for create_graph
-    return _leaf(g, False, None, y.source)
+    return _leaf(np.array(g, copy=True), False, None, y.source)   # never the caller's own array
 
 
 def _topological(roots):
@@ -307,7 +346,7 @@ def _sweep(roots, seeds, create_graph, collect):
     STATE.grad_enabled = bool(create_graph)
     try:
         adjoint = {r.id: s for r, s in zip(roots, seeds)}
-        found = {}
+        found, taken = {}, set()
         for node in reversed(_topological(roots)):
             g = adjoint.pop(node.id, None)
             if g is None:
@@ -316,7 +355,7 @@ def _sweep(roots, seeds, create_graph, collect):
                 if node.id in collect:
                     found[node.id] = g
             elif not node.inputs:
-                _accumulate_leaf(node, g, create_graph)
+                _accumulate_leaf(node, g, create_graph, taken)
             if not node.inputs:
                 continue
             opdef = REGISTRY[node.op]
@@ -377,7 +416,7 @@ def _evaluate(root):
     return done[root.id]
 
 
-def _accumulate_leaf(leaf, g, create_graph):
+def _accumulate_leaf(leaf, g, create_graph, taken):
     if create_graph or isinstance(leaf.grad, EagerTensor):
         g = _as_eager(g)
         if g.shape != leaf.shape:
@@ -389,11 +428,18 @@ def _accumulate_leaf(leaf, g, create_graph):
             leaf.grad = old + g
         return
     value = g._value if g._value is not None else _static_value(g, "backward")
-    if leaf.grad is None:
-        # A copy: the value may be a read-only broadcast view or alias another tensor's value.
-        leaf.grad = np.array(np.broadcast_to(value, leaf.shape), dtype=leaf.dtype, copy=True)
-    else:
+    if leaf.grad is not None:
         leaf.grad += value
+    elif (type(value) is np.ndarray and value.base is None and value.flags.writeable and id(value) not in taken
+          and value.shape == leaf.shape and value.dtype == leaf.dtype):
+        # A fresh buffer made by this sweep (VJP results are computed from the adjoints, never forward
+        # values, and the seed is a copy): take it instead of copying, as PyTorch's AccumulateGrad does.
+        # ``taken`` stops two leaves (x + y passes one adjoint to both) from sharing one array.
+        taken.add(id(value))
+        leaf.grad = value
+    else:
+        # A copy: a read-only broadcast view, a constant, or a buffer already given to another leaf.
+        leaf.grad = np.array(np.broadcast_to(value, leaf.shape), dtype=leaf.dtype, copy=True)
 
 
 def grad(y, wrt, grad_output=None, create_graph=False):

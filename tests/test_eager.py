@@ -339,3 +339,23 @@ def test_backward_errors():
         (x * 2).value = np.zeros(2)
     with pytest.raises(sg.ShapeError):
         x.value = np.zeros(3)
+
+
+def test_leaves_sharing_one_adjoint_get_separate_grad_arrays():
+    """x + y hands one adjoint to both leaves: accumulating into one must not change the other."""
+    x = eager.tensor(np.ones(3), requires_grad=True)
+    y = eager.tensor(np.ones(3), requires_grad=True)
+    (x + y).backward(np.ones(3))
+    assert x.grad is not y.grad
+    sg.sum(x * 2.0).backward()
+    np.testing.assert_array_equal(x.grad, [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(y.grad, [1.0, 1.0, 1.0])
+
+
+def test_grad_output_array_is_not_taken_over():
+    x = eager.tensor(np.ones(2), requires_grad=True)
+    seed = np.array([1.0, 2.0])
+    x.backward(seed)             # the seed is x's own adjoint: its array must not become x.grad
+    sg.sum(x).backward()
+    np.testing.assert_array_equal(seed, [1.0, 2.0])
+    np.testing.assert_array_equal(x.grad, [2.0, 3.0])
