@@ -257,3 +257,12 @@ def test_a_function_file_is_not_a_checkpoint(tmp_path):
     path = _saved(tmp_path)
     with pytest.raises(LoadError, match="not a staticgrad"):
         sgio.load_parameters([sg.parameter(np.ones(2))], path)
+
+
+def test_a_loaded_function_saves_and_loads_again(tmp_path, rng):
+    step, _, _, _ = _classifier()
+    once = sgio.load(sgio.save(step, tmp_path / "once.npz"))
+    twice = sgio.load(sgio.save(once, tmp_path / "twice.npz"))
+    X, T = _batch(rng)
+    for a, b in zip(once(X, T), twice(X, T)):
+        np.testing.assert_array_equal(a, b)
