@@ -516,3 +516,20 @@ def test_chain_of_20000_ops_without_recursion_error():
     np.testing.assert_allclose(y_v, expected_h.sum(), rtol=1e-9)
     np.testing.assert_allclose(gx_v, np.full(2, 1.0001 ** 10000), rtol=1e-9)
     assert op_count(fn, "mul") >= 10000
+
+
+# ------------------------------------------------------------------ passes leave the original alone
+def _snapshot(graph):
+    return {i: (n.op, tuple(n.inputs), n.shape, n.role, None if n.value is None else np.array(n.value).tolist())
+            for i, n in graph.nodes.items()}
+
+
+@pytest.mark.parametrize("name", ZOO_NAMES)
+def test_optimizing_leaves_the_unoptimized_graph_intact(name, rng):
+    outputs, inputs, feeds = _zoo(rng)[name]
+    reference = sg.compile(outputs, inputs=inputs, optimize=False)
+    fn = sg.compile(outputs, inputs=inputs)
+    assert _snapshot(fn._unoptimized) == _snapshot(reference.ir)
+    # and the user's tensors still describe the same computation: compiling again gives the same graph
+    again = sg.compile(outputs, inputs=inputs)
+    assert [n.op for n in again.ir.nodes.values()] == [n.op for n in fn.ir.nodes.values()]

@@ -115,3 +115,12 @@ def test_folded_outputs_are_copies_the_caller_may_change():
     first = fn()
     first[...] = -1.0
     np.testing.assert_array_equal(fn(), [2.0, 4.0])
+
+
+def test_leaves_its_input_graph_unchanged():
+    from . import rich_graph, snapshot
+    graph, feeds = rich_graph()
+    before, values = snapshot(graph), run_graph(graph, *feeds)
+    result, _ = constant_fold.run(graph)
+    assert snapshot(graph) == before
+    assert_same_values(run_graph(result, *feeds), values)

@@ -69,3 +69,12 @@ def test_running_twice_changes_nothing_more():
     twice, second = dce.run(once)
     assert first.changed == 1 and second.changed == 0
     assert set(twice.nodes) == set(once.nodes)
+
+
+def test_leaves_its_input_graph_unchanged():
+    from . import rich_graph, snapshot
+    graph, feeds = rich_graph()
+    before, values = snapshot(graph), run_graph(graph, *feeds)
+    result, _ = dce.run(graph)
+    assert snapshot(graph) == before
+    assert_same_values(run_graph(result, *feeds), values)

@@ -75,3 +75,12 @@ def test_gradients_through_a_parameter_free_branch_are_never_built_end_to_end(rn
         grads = sg.grad(loss, [W, x] if x_grad else [W])
         fn = sg.compile(grads, inputs=[x], passes=["prune", "dce"])
         assert fn.ir.op_counts().get("cos", 0) == int(x_grad)
+
+
+def test_leaves_its_input_graph_unchanged():
+    from . import rich_graph, snapshot
+    graph, feeds = rich_graph()
+    before, values = snapshot(graph), run_graph(graph, *feeds)
+    result, _ = prune.run(graph)
+    assert snapshot(graph) == before
+    assert_same_values(run_graph(result, *feeds), values)
