@@ -275,7 +275,8 @@ spec("min", lambda x: x.min(axis=-1, keepdims=True), inputs(distinct(3, 2)), tag
      torch=lambda T, x: x.amin(dim=-1, keepdim=True))
 for _shape, _axis, _keep in [((2, 3), None, False), ((2, 3), -1, False), ((2, 3), 0, True),
                              ((2, 3, 2), (0, 2), True), ((), None, False)]:
-    spec("logsumexp", (lambda a, k: lambda x: sg.logsumexp(x, axis=a, keepdims=k))(_axis, _keep), inputs(normal(*_shape)),
+    spec("logsumexp", (lambda a, k: lambda x: sg.logsumexp(x, axis=a, keepdims=k))(_axis, _keep),
+         inputs(normal(*_shape)),
          (lambda a, k: lambda x: np.log(np.sum(np.exp(x), axis=a, keepdims=k)))(_axis, _keep),
          tag=f"{len(_shape)}d-axis={_axis}-keepdims={_keep}",
          torch=(lambda a, k: lambda T, x: T.logsumexp(x, dim=tuple(range(x.dim())) if a is None else a,
@@ -316,7 +317,8 @@ spec("transpose", lambda x: x.T, inputs(normal(3, 2)), tag=".T", torch=lambda T,
 spec("transpose", sg.transpose, inputs(normal(3)), np.transpose, tag="1d", torch=lambda T, x: x)
 spec("concatenate", lambda x, y: sg.concatenate([x, y]), inputs(normal(2, 3), normal(1, 3)),
      lambda x, y: np.concatenate([x, y]), tag="axis=0", torch=lambda T, x, y: T.cat([x, y]))
-spec("concatenate", lambda x, y, z: sg.concatenate([x, y, z], axis=-1), inputs(normal(2, 1), normal(2, 3), normal(2, 2)),
+spec("concatenate", lambda x, y, z: sg.concatenate([x, y, z], axis=-1),
+     inputs(normal(2, 1), normal(2, 3), normal(2, 2)),
      lambda x, y, z: np.concatenate([x, y, z], axis=-1), tag="axis=-1-three",
      torch=lambda T, x, y, z: T.cat([x, y, z], dim=-1))
 spec("concatenate", lambda x: sg.concatenate([x, x * 2.0]), inputs(normal(3)),

@@ -103,25 +103,34 @@ def test_grad(spec):
     assert check_grads(spec.build, sample(spec), order=spec.order, **spec.tol)
 
 
-def first_grads(spec, arrays, batch_none=False):
-    """Gradients of sum(y * w) for a fixed w, with respect to every float input, and their static tensors."""
+def first_grads(spec, arrays, batch_none=False, order=1):
+    """Gradients of sum(y * w) for a fixed w with respect to every float input (with ``order=2`` followed by
+    the Hessian-vector products for fixed directions), as tensors and as computed values."""
     phs = placeholders(arrays, batch_none, requires_grad=True)
     y = spec.build(*phs)
-    weights = np.random.default_rng(1).uniform(0.5, 1.5, np.shape(spec.reference(*arrays)))
+    rng = np.random.default_rng(1)
+    weights = rng.uniform(0.5, 1.5, np.shape(spec.reference(*arrays)))
     loss = sg.sum(y * sg.constant(weights.astype(y.dtype)))
     wrt = [p for p in phs if p.requires_grad]
     grads = sg.grad(loss, wrt)
+    if order == 2:
+        directions = [rng.uniform(-1, 1, a.shape) for a in arrays if a.dtype.kind == "f"]
+        z = sg.sum(sg.stack([sg.sum(g * sg.constant(v.astype(g.dtype))) for g, v in zip(grads, directions)]))
+        grads = grads + sg.grad(z, wrt)
     return grads, sg.compile(grads, inputs=phs)(*arrays)
 
 
 @by_id([s for s in GRAD_SPECS if s.dynamic])
 @pytest.mark.parametrize("unknown", [True, "all"], ids=["batch", "all-dims"])
 def test_grad_with_unknown_dims(spec, unknown):
-    # The VJPs take runtime shapes (broadcast_like, reshape_like, split, size) when static ones are unknown.
+    # The VJPs take runtime shapes (broadcast_like, reshape_like, split, size) when static ones are unknown,
+    # and their own VJPs must do so too: compare gradients and Hessian-vector products with the static build.
     arrays = sample(spec)
-    _, static_values = first_grads(spec, arrays)
-    grads, values = first_grads(spec, arrays, batch_none=unknown)
-    floats = [a for a in arrays if a.dtype.kind == "f"]
+    order = min(spec.order, 2)
+    _, static_values = first_grads(spec, arrays, order=order)
+    grads, values = first_grads(spec, arrays, batch_none=unknown, order=order)
+    floats = [a for a in arrays if a.dtype.kind == "f"] * order
+    assert len(values) == len(floats)
     for g, value, expected, a in zip(grads, values, static_values, floats):
         assert value.shape == a.shape
         assert_static_matches(g, value)
