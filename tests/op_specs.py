@@ -227,6 +227,10 @@ spec("where", lambda x: sg.where(x > 0, x, 0.1 * x), inputs(nonzero(2, 3)),
      lambda x: np.where(x > 0, x, 0.1 * x), tag="leaky", torch=lambda T, x: T.where(x > 0, x, 0.1 * x))
 spec("clip", lambda x: sg.clip(x, -0.5, 0.5), inputs(avoiding(2, 3, points=(-0.5, 0.5))),
      lambda x: np.clip(x, -0.5, 0.5), tag="scalar-bounds", torch=lambda T, x: T.clamp(x, -0.5, 0.5))
+spec("clip", lambda x: sg.clip(x, None, 0.5), inputs(avoiding(2, 3, points=(0.5,))),
+     lambda x: np.clip(x, None, 0.5), tag="no-lower-bound", torch=lambda T, x: T.clamp(x, max=0.5))
+spec("clip", lambda x: sg.clip(x, -0.5, None), inputs(avoiding(2, 3, points=(-0.5,))),
+     lambda x: np.clip(x, -0.5, None), tag="no-upper-bound", torch=lambda T, x: T.clamp(x, min=-0.5))
 spec("clip", sg.clip,
      inputs(lambda rng: np.array([[-2.0, -0.7, 0.1], [0.45, 1.2, 3.0]]), lambda rng: np.array([-1.0, -0.3, 0.0]),
             lambda rng: np.array([1.0])),

@@ -243,6 +243,7 @@ SCALAR_CASES = [
     ("minimum-first", lambda x: sg.minimum(0.5, x)),
     ("where", lambda x: sg.where(x > 0.0, x, 0.0)),
     ("clip", lambda x: sg.clip(x, 0, 1.5)),
+    ("clip-one-sided", lambda x: sg.clip(x, None, 1)),
     ("concatenate", lambda x: sg.concatenate([x, x * 0.5])),
 ]
 
@@ -260,9 +261,11 @@ def test_python_scalars_adopt_the_tensor_dtype(case, dtype):
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_python_ints_keep_integer_tensors_integer(dtype):
     n = sg.placeholder((3,), dtype=dtype, name="n")
-    y = n * 2 + 1
+    y = sg.clip(n * 2 + 1, None, 6)
     assert y.dtype == np.dtype(dtype)
-    assert sg.compile(y, inputs=[n])(np.array([1, 2, 3], dtype=dtype)).dtype == np.dtype(dtype)
+    value = sg.compile(y, inputs=[n])(np.array([1, 2, 3], dtype=dtype))
+    assert value.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(value, [3, 5, 6])
     # A float scalar cannot be held by an integer tensor: numpy promotes, and so do we.
     assert (n * 0.5).dtype == np.float64
 
@@ -297,7 +300,8 @@ SHAPE_ERRORS = [   # (op named in the message, shapes named in it, the expressio
     ("getitem", ["(3, 4)"], lambda: _ph(3, 4)[0, 0, 0]),
     ("sum", [], lambda: sg.sum(_ph(2, 3), axis=2)),
     ("mean", [], lambda: _ph(2, 3).mean(axis=(0, 0))),
-    ("transpose", [], lambda: sg.transpose(_ph(2, 3), (0, 0))),
+    ("transpose", ["(2, 3)"], lambda: sg.transpose(_ph(2, 3), (0, 0))),
+    ("transpose", ["(2, 3)"], lambda: _ph(2, 3).transpose(0, 3)),
     ("softmax", [], lambda: sg.softmax(_ph(2, 3), axis=3)),
     ("log_softmax", [], lambda: sg.log_softmax(_ph(2, 3), axis=-3)),
     ("concatenate", [], lambda: sg.concatenate([_ph(2, 3), _ph(2, 3)], axis=2)),

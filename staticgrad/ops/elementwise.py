@@ -178,8 +178,22 @@ def _clip_spec(inputs):
 defop("clip", _clip_kernel, _clip_spec, _clip_vjp, ELEMENTWISE)
 
 
+def _unbounded(dtype, side):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if side < 0 else info.max
+    return side * np.inf
+
+
 def clip(x, a_min, a_max):
-    """Limit ``x`` to [a_min, a_max]; the gradient passes where a_min <= x <= a_max."""
+    """Limit ``x`` to [a_min, a_max] (either may be None, as in numpy); the gradient passes where
+    a_min <= x <= a_max."""
+    (x,) = coerce(x)
+    if a_min is None:
+        a_min = _unbounded(x.dtype, -1)
+    if a_max is None:
+        a_max = _unbounded(x.dtype, 1)
     x, a_min, a_max = coerce(x, a_min, a_max)
     return apply("clip", (x, a_min, a_max))
 

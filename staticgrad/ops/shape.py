@@ -89,10 +89,12 @@ def transpose(x, axes=None):
     (x,) = coerce(x)
     if axes is None:
         axes = tuple(reversed(range(x.ndim)))
-    axes = tuple(int(a) % max(x.ndim, 1) for a in axes)
-    if sorted(axes) != list(range(x.ndim)):
+    given = tuple(int(a) for a in axes)
+    axes = tuple(a % max(x.ndim, 1) for a in given)
+    if sorted(axes) != list(range(x.ndim)) or any(not -x.ndim <= a < x.ndim for a in given):
         from ..tensor import user_frame
-        raise ShapeError(f"transpose: axes {axes} are not a permutation of {x.ndim} axes (at {user_frame()})")
+        raise ShapeError(f"transpose: axes {given} are not a permutation of the {x.ndim} axes of "
+                         f"{format_shape(x.shape)} (at {user_frame()})")
     return apply("transpose", (x,), {"axes": axes})
 
 
