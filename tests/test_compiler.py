@@ -131,9 +131,9 @@ def test_edges_go_from_inputs_to_consumers(rng):
     assert g.nodes[mm]["shape"] == (None, 2) and g.nodes[th]["dtype"] == np.float64
 
 
-def test_roles_of_a_training_step(rng):
+def test_roles_of_a_training_step(rng, compile_both):
     x, t, params, loss, grads = build_mlp(rng)
-    fn = sg.compile(loss, inputs=[x, t], updates=[(p, p - 0.1 * g) for p, g in zip(params, grads)])
+    _, fn = compile_both(loss, mlp_feeds(rng), inputs=[x, t], updates=[(p, p - 0.1 * g) for p, g in zip(params, grads)])
     g = fn.graph
     roles = nx.get_node_attributes(g, "role")
     assert op_count(fn, "matmul", "forward") == 3
@@ -159,7 +159,7 @@ def test_forward_only_function_has_no_backward_or_update_nodes(rng):
     assert op_count(fn, "matmul") == 3
 
 
-def test_graph_holds_only_what_outputs_and_updates_need(rng):
+def test_graph_holds_only_what_outputs_and_updates_need(rng, compile_both):
     x = sg.placeholder((None, 3), name="x")
     W = sg.parameter(rng.normal(size=(3, 3)), name="W")
     V = sg.parameter(rng.normal(size=(3, 3)), name="V")
@@ -168,7 +168,7 @@ def test_graph_holds_only_what_outputs_and_updates_need(rng):
     loss = sg.sum(sg.square(h))
     gW, gV = sg.grad(loss + sg.sum(unused), [W, V])
     gW_alone = sg.grad(loss, W)
-    fn = sg.compile([loss], inputs=[x], updates=[(W, W - 0.1 * gW_alone)])
+    _, fn = compile_both([loss], (rng.normal(size=(2, 3)),), inputs=[x], updates=[(W, W - 0.1 * gW_alone)])
     g = fn.graph
     assert op_count(fn, "exp") == 0
     assert "V" not in {d.get("name") for _, d in g.nodes(data=True)}
@@ -179,17 +179,17 @@ def test_graph_holds_only_what_outputs_and_updates_need(rng):
     assert set(g.nodes) == needed
 
 
-def test_unused_parameter_and_gradient_pieces_are_dropped(rng):
+def test_unused_parameter_and_gradient_pieces_are_dropped(rng, compile_both):
     # loss = sum(x @ W) + 0*sum(V): gradient of V is 0 and is not asked for; V must not appear.
     x = sg.placeholder((None, 3), name="x")
     W = sg.parameter(rng.normal(size=(3, 2)), name="W")
     V = sg.parameter(rng.normal(size=(5,)), name="V")
     loss = sg.sum(x @ W) + sg.sum(V * V)
     gW = sg.grad(loss, W)
-    fn = sg.compile(gW, inputs=[x])
+    out, fn = compile_both(gW, (np.ones((4, 3)),), inputs=[x])
     names = {d.get("name") for _, d in fn.graph.nodes(data=True) if d["op"] == "parameter"}
     assert "V" not in names
-    np.testing.assert_allclose(fn(np.ones((4, 3))), np.full((3, 2), 4.0))
+    np.testing.assert_allclose(out, np.full((3, 2), 4.0))
 
 
 # ------------------------------------------------------------------ constant folding

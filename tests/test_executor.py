@@ -177,12 +177,12 @@ def test_list_of_outputs_returns_a_list_even_of_one(rng):
     np.testing.assert_allclose(d, 2 * X)
 
 
-def test_leaves_as_outputs(rng):
+def test_leaves_as_outputs(rng, compile_both):
     x = sg.placeholder((None, 2), name="x")
     W = sg.parameter(rng.normal(size=(2, 2)), name="W")
     c = sg.constant(np.array([1.0, 2.0]))
     X = rng.normal(size=(3, 2))
-    x_out, W_out, c_out = sg.compile([x, W, c], inputs=[x])(X)
+    (x_out, W_out, c_out), _ = compile_both([x, W, c], (X,), inputs=[x])
     np.testing.assert_array_equal(x_out, X)
     np.testing.assert_array_equal(W_out, W.value)
     np.testing.assert_array_equal(c_out, [1.0, 2.0])
@@ -190,29 +190,27 @@ def test_leaves_as_outputs(rng):
     assert W.value.any()
 
 
-def test_outputs_survive_the_next_call(rng):
+def test_outputs_survive_the_next_call(rng, compile_both):
     # Buffers may be reused inside a call, never across what a caller already holds.
     x = sg.placeholder((None, 3), name="x")
     W = sg.parameter(rng.normal(size=(3, 3)), name="W")
     h = sg.tanh(x @ W)
     gW = sg.grad(sg.sum(h * h), W)
-    fn = sg.compile([h, gW, sg.sum(h)], inputs=[x])
     X1, X2 = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
-    first = fn(X1)
+    first, fn = compile_both([h, gW, sg.sum(h)], (X1,), inputs=[x])
     kept = [a.copy() for a in first]
     fn(X2)
     for a, b in zip(first, kept):
         np.testing.assert_array_equal(a, b)
 
 
-def test_feeds_and_parameters_are_not_written_into(rng):
+def test_feeds_and_parameters_are_not_written_into(rng, compile_both):
     x = sg.placeholder((None, 3), name="x")
     W = sg.parameter(rng.normal(size=(3,)), name="W")
     y = sg.relu(-(x * 2.0)) + sg.exp(W) * x - W
-    fn = sg.compile([y, sg.grad(sg.sum(y), W)], inputs=[x])
     X = rng.normal(size=(5, 3))
     X_copy, W_copy = X.copy(), W.value.copy()
-    a = fn(X)
+    a, fn = compile_both([y, sg.grad(sg.sum(y), W)], (X,), inputs=[x])
     b = fn(X)
     np.testing.assert_array_equal(X, X_copy)
     np.testing.assert_array_equal(W.value, W_copy)
@@ -220,12 +218,12 @@ def test_feeds_and_parameters_are_not_written_into(rng):
     np.testing.assert_array_equal(a[1], b[1])
 
 
-def test_float32_stays_float32(rng):
+def test_float32_stays_float32(rng, compile_both):
     x = sg.placeholder((None, 2), dtype="float32", name="x")
     W = sg.parameter(rng.normal(size=(2, 2)).astype(np.float32), name="W")
     y = sg.mean(sg.sigmoid(x @ W) * 2.0 + 1)
     gW = sg.grad(y, W)
-    out = sg.compile([y, gW], inputs=[x], updates=[(W, W - 0.1 * gW)])(np.ones((3, 2), dtype=np.float32))
+    out, _ = compile_both([y, gW], (np.ones((3, 2), dtype=np.float32),), inputs=[x], updates=[(W, W - 0.1 * gW)])
     assert out[0].dtype == np.float32 and out[1].dtype == np.float32
     assert W.value.dtype == np.float32
 

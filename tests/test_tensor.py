@@ -112,7 +112,8 @@ def test_operators_compute_what_numpy_computes(rng):
     Wv = W.value
     cases = [
         (x + W, X + Wv), (x - W, X - Wv), (x * W, X * Wv), (x / W, X / Wv), (x ** 2, X ** 2),
-        (x @ M, X @ M.value), (W @ M, Wv @ M.value), (-x, -X), (2.0 - x, 2.0 - X), (1.0 / x, 1.0 / X), (2.0 ** x, 2.0 ** X),
+        (x @ M, X @ M.value), (W @ M, Wv @ M.value), (-x, -X), (2.0 - x, 2.0 - X), (1.0 / x, 1.0 / X),
+        (2.0 ** x, 2.0 ** X),
         (3 * x, 3 * X), (x.T, X.T), (x[1:, ::2], X[1:, ::2]), (x[:, 0], X[:, 0]), (x[-1], X[-1]),
         (x.sum(), X.sum()), (x.mean(axis=0), X.mean(axis=0)), (x.max(axis=1, keepdims=True),
                                                                 X.max(axis=1, keepdims=True)),
