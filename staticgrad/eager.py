@@ -30,11 +30,12 @@ __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is
 class _State:
     """Switches that hold while eager ops run."""
 
-    __slots__ = ("grad_enabled", "trace")
+    __slots__ = ("grad_enabled", "trace", "defer")
 
     def __init__(self):
         self.grad_enabled = True     # off inside no_grad() and during a backward without create_graph
         self.trace = None            # a list collecting every eager op result, while trace() is active
+        self.defer = False           # on while a VJP rule is recorded without running (see _needed_parts)
 
 
 STATE = _State()
@@ -126,7 +127,7 @@ def is_eager(x) -> bool:
 
 
 # ------------------------------------------------------------------ making eager tensors
-def _new(op, inputs, attrs, value, requires_grad, source, name=None):
+def _new(op, inputs, attrs, value, requires_grad, source, name=None, spec=None):
     # Tensor.__init__ walks the stack for the source line and reads the context; this does only what
     # an eager result needs, which matters because eager mode pays it on every op of every step.
     t = EagerTensor.__new__(EagerTensor)
@@ -134,8 +135,7 @@ def _new(op, inputs, attrs, value, requires_grad, source, name=None):
     t.op = op
     t.inputs = inputs
     t.attrs = attrs
-    t.shape = value.shape
-    t.dtype = value.dtype
+    t.shape, t.dtype = spec or (value.shape, value.dtype)
     t.name = name
     t._requires_grad = requires_grad
     t._value = value
@@ -233,19 +233,20 @@ _FILES = {}
 
 
 def _infer(opdef, inputs, attrs):
+    """(shape, dtype) of the result, from the op's static rule."""
     try:
         key = (opdef.name, tuple([(x.shape, x.dtype) for x in inputs]), tuple(attrs.items()))
-        dtype = _CHECKED.get(key)
+        spec = _CHECKED.get(key)
     except TypeError:            # an unhashable attr (an index array): check every time
-        key, dtype = None, None
-    if dtype is None:
+        key, spec = None, None
+    if spec is None:
         try:
-            _, dtype = opdef.infer(inputs, **attrs)
+            spec = opdef.infer(inputs, **attrs)
         except ShapeError as err:
             raise ShapeError(f"{opdef.name}: {err} (at {user_frame()})") from None
         if key is not None and len(_CHECKED) < 100_000:
-            _CHECKED[key] = dtype
-    return dtype
+            _CHECKED[key] = spec
+    return spec
 
 
 def _source():
@@ -264,19 +265,24 @@ def _source():
 
 
 def _run_op(opdef, inputs, attrs):
+    state = STATE
+    if state.defer:
+        # Recorded, not run: a result with no value yet, run by _evaluate only if it is needed.
+        spec = _infer(opdef, inputs, attrs)
+        requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
+        return _new(opdef.name, tuple(inputs), attrs, None, requires_grad, _source(), spec=spec)
     values = []
     for x in inputs:
         v = x._value
         if v is None or (type(x) is not EagerTensor and x.op == "parameter"):
             v = _static_value(x, opdef.name)
         values.append(v)
-    dtype = _infer(opdef, inputs, attrs)
+    dtype = _infer(opdef, inputs, attrs)[1]
     out = opdef.kernel(*values, **attrs)
     if type(out) is not np.ndarray:
         out = np.asarray(out)      # reductions give numpy scalars
     if out.dtype != dtype:
         out = out.astype(dtype)    # keep the dtype the static rule promises (principle 6)
-    state = STATE
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
     tape = inputs if requires_grad or state.trace is not None else ()
     t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, _source())
@@ -386,20 +392,20 @@ def _needed_parts(opdef, g, node, needs):
 
     A rule returns every input's gradient at once; run eagerly it would compute them all, such as the
     data gradient of a first layer's matmul or pow's log(base) for a constant exponent. So the rule is
-    built symbolically here (the hook is off: its ops become graph tensors over eager values), and only
-    the parts that are needed are run, which is what PyTorch's needs_input_grad does for its kernels.
+    recorded without running (deferred results: op, inputs and shape, no value) and only the parts that
+    are needed are run, which is what PyTorch's needs_input_grad does for its kernels.
     """
-    registry.EAGER_HOOK = None
+    STATE.defer = True
     try:
         parts = opdef.vjp(g, node, *node.inputs, **node.attrs)
     finally:
-        registry.EAGER_HOOK = _run_op
+        STATE.defer = False
     return [_evaluate(p) if need and p is not None else None for p, need in zip(parts, needs)]
 
 
 def _evaluate(root):
-    """Run a symbolic tensor whose leaves are eager tensors or constants, as eager ops (so taped)."""
-    if type(root) is EagerTensor or root._value is not None:
+    """Give a deferred result, and the deferred results it depends on, their values."""
+    if type(root) is not EagerTensor or root._value is not None:
         return root
     found, stack = {}, [root]
     while stack:
@@ -407,13 +413,23 @@ def _evaluate(root):
         if t.id in found:
             continue
         found[t.id] = t
-        stack.extend(x for x in t.inputs if type(x) is not EagerTensor and x.inputs and x.id not in found)
-    done = {}
+        stack.extend(x for x in t.inputs if type(x) is EagerTensor and x._value is None and x.id not in found)
+    state = STATE
     for i in sorted(found):            # creation order is a topological order
         t = found[i]
-        args = tuple(done.get(x.id, x) for x in t.inputs)
-        done[i] = _run_op(REGISTRY[t.op], args, t.attrs)
-    return done[root.id]
+        values = [x._value if x._value is not None and type(x) is EagerTensor else _static_value(x, t.op)
+                  for x in t.inputs]
+        out = REGISTRY[t.op].kernel(*values, **t.attrs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        if out.dtype != t.dtype:
+            out = out.astype(t.dtype)
+        t._value, t.shape = out, out.shape
+        if not (t._requires_grad or state.trace is not None):
+            t.inputs = ()              # no tape needed: let the inputs go, as _run_op does
+        if state.trace is not None:
+            state.trace.append(t)
+    return root
 
 
 def _accumulate_leaf(leaf, g, create_graph, taken):
