@@ -267,6 +267,27 @@ def test_update_to_a_broadcast_expression_keeps_the_parameter_shape(compile_both
     np.testing.assert_array_equal(A.value, np.full((2, 3), 6.0))
 
 
+def test_an_output_that_is_also_an_update_does_not_alias_the_parameter(compile_both):
+    W = sg.parameter(np.array([1.0, 2.0]), name="W")
+    W_new = W * 2.0
+    out, fn = compile_both(W_new, updates=[(W, W_new)])
+    np.testing.assert_array_equal(out, [2.0, 4.0])
+    np.testing.assert_array_equal(W.value, [2.0, 4.0])
+    assert not np.shares_memory(out, W.value)
+    out[...] = 0.0                      # the caller owns what it got back
+    np.testing.assert_array_equal(W.value, [2.0, 4.0])
+    np.testing.assert_array_equal(fn(), [4.0, 8.0])
+
+
+def test_a_parameter_updated_to_a_constant_stays_writable_and_the_constant_intact():
+    A = sg.parameter(np.array([1.0, 2.0]), name="A")
+    fn = sg.compile([], updates={A: sg.constant(np.array([5.0, 6.0]))})
+    fn()
+    A.value[0] = 9.0
+    fn()
+    np.testing.assert_array_equal(A.value, [5.0, 6.0])
+
+
 def test_setting_a_parameter_value_is_seen_by_the_next_call():
     A = sg.parameter(np.array([1.0, 2.0]), name="A")
     fn = sg.compile(sg.sum(A * A))
