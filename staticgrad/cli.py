@@ -11,10 +11,17 @@ def main(argv=None):
     demo = sub.add_parser("demo", help="train a 2-8-8-1 MLP on two moons and write its graph as DOT")
     demo.add_argument("--out", default="staticgrad-demo", help="folder for the graph files")
     demo.add_argument("--epochs", type=int, default=300)
+    bench = sub.add_parser("bench", help="time staticgrad and peers against hand-written numpy; write JSON")
+    from .bench import add_arguments as add_bench_arguments   # stdlib-only module: cheap to import here
+    add_bench_arguments(bench)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import run
         run(out_dir=args.out, epochs=args.epochs)
+    if args.command == "bench":
+        from .bench import run_from_args
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return run_from_args(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
     return 0
 
 

@@ -1,0 +1,112 @@
+"""PyTorch (eager, and torch.compile) versions of the workloads, written the way its users write them."""
+from __future__ import annotations
+
+import torch
+
+from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch
+
+
+def versions():
+    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+
+
+def _forward_a(X, y, W, b1, U, d, v, b):
+    h = torch.sigmoid(X @ W.T + b1)
+    g = torch.sigmoid(h @ U.T + d)
+    err = g @ v + b - y
+    return torch.mean(err * err)
+
+
+def _forward_b(X, t, W1, b1, W2, b2, W3, b3):
+    a1 = torch.relu(X @ W1 + b1)
+    a2 = torch.relu(a1 @ W2 + b2)
+    return torch.nn.functional.cross_entropy(a2 @ W3 + b3, t)
+
+
+def _forward_chain(x, cycles):
+    h = x
+    for _ in range(cycles):
+        h = torch.tanh(torch.sin(h) * CHAIN_SCALE + x)
+    return torch.sum(h)
+
+
+def _add_one(x):
+    return x + 1.0
+
+
+def _np(values):
+    return [v.detach().numpy() for v in values]
+
+
+def prepare(workload, data, compiled=False) -> Prepared:
+    """Eager torch, or with ``compiled`` the forward wrapped in torch.compile (AOTAutograd compiles the
+    backward at the first call; the one-time cost is therefore all in ``first_call``)."""
+    impl = "torch.compile" if compiled else "torch"
+    kind = workload.kind
+    sw = Stopwatch()
+    if kind == "mlp_small":
+        forward = _forward_a
+        params = [torch.tensor(data[k], requires_grad=True) for k in A_PARAM_NAMES]
+        feeds = (torch.from_numpy(data["X"]), torch.from_numpy(data["y"]))
+    elif kind == "mlp_sgd":
+        forward = _forward_b
+        params = [torch.tensor(data[k], requires_grad=True) for k in B_PARAM_NAMES]
+        feeds = (torch.from_numpy(data["X"]), torch.from_numpy(data["t"]))
+    elif kind == "chain":
+        def forward(x):
+            return _forward_chain(x, workload.cycles)
+        params = [torch.tensor(data["x"], requires_grad=True)]
+        feeds = ()
+    elif kind == "empty":
+        forward, params, feeds = _add_one, [], (torch.from_numpy(data["x"]),)
+    else:
+        raise ValueError(f"unknown workload kind {kind!r}")
+    if compiled:
+        forward = torch.compile(forward)
+    sw.lap("build")
+
+    if kind == "mlp_sgd":
+        def call():
+            loss = forward(*feeds, *params)
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.sub_(B_LR * g)
+            return loss
+    elif kind == "empty":
+        def call():
+            with torch.no_grad():
+                return forward(*feeds)
+    else:
+        def call():
+            loss = forward(*feeds, *params)
+            return (loss,) + torch.autograd.grad(loss, params)
+
+    if kind == "mlp_sgd":
+        initial = [torch.tensor(data[k]) for k in B_PARAM_NAMES]
+
+        def check():
+            with torch.no_grad():
+                for p, v in zip(params, initial):
+                    p.copy_(v)
+            loss = call()
+            deltas = [(p.detach() - v).numpy() for p, v in zip(params, initial)]
+            with torch.no_grad():
+                for p, v in zip(params, initial):
+                    p.copy_(v)
+            return [loss.detach().numpy()] + deltas
+    else:
+        def check():
+            out = call()
+            return _np(out) if isinstance(out, tuple) else _np([out])
+
+    sw.skip()
+    call()
+    sw.lap("first_call")
+    notes = {"first_call_includes": "dynamo trace + inductor compile of forward and backward"} if compiled else {}
+    return Prepared(impl, call, check, sw, notes)
+
+
+def prepare_compiled(workload, data) -> Prepared:
+    return prepare(workload, data, compiled=True)
+

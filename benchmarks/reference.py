@@ -1,0 +1,119 @@
+"""Hand-written numpy backprop: the baseline every ratio is measured against.
+
+This is what a careful person writes in an afternoon: plain numpy, the reverse sweep worked out by
+hand, a Python loop for the chains, fresh arrays everywhere (no ``out=``, no buffer reuse, no fusion).
+It must not get cleverer than that, or the ratios stop meaning what the README says they mean.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def mlp_small(X, y, W, b1, U, d, v, b):
+    """Workload A: loss and the gradients of W, b1, U, d, v, b (the 20 parameters)."""
+    h = sigmoid(X @ W.T + b1)
+    g = sigmoid(h @ U.T + d)
+    err = g @ v + b - y
+    loss = np.mean(err * err)
+    dyhat = 2.0 * err / len(y)
+    gv = g.T @ dyhat
+    gb = np.sum(dyhat)
+    dz2 = np.outer(dyhat, v) * g * (1.0 - g)
+    gU = dz2.T @ h
+    gd = np.sum(dz2, axis=0)
+    dz1 = (dz2 @ U) * h * (1.0 - h)
+    gW = dz1.T @ X
+    gb1 = np.sum(dz1, axis=0)
+    return loss, gW, gb1, gU, gd, gv, gb
+
+
+def mlp_sgd_step(params, X, t, lr=B_LR):
+    """Workload B: one SGD step of the ReLU MLP on (X, t); updates ``params`` (a dict) in place."""
+    W1, b1, W2, b2, W3, b3 = (params[k] for k in B_PARAM_NAMES)
+    n = X.shape[0]
+    z1 = X @ W1 + b1
+    a1 = np.maximum(z1, 0)
+    z2 = a1 @ W2 + b2
+    a2 = np.maximum(z2, 0)
+    z3 = a2 @ W3 + b3
+    shifted = z3 - np.max(z3, axis=1, keepdims=True)
+    e = np.exp(shifted)
+    total = np.sum(e, axis=1, keepdims=True)
+    rows = np.arange(n)
+    loss = np.mean(np.log(total[:, 0]) - shifted[rows, t])
+    dz3 = e / total
+    dz3[rows, t] -= 1
+    dz3 /= n
+    gW3 = a2.T @ dz3
+    gb3 = np.sum(dz3, axis=0)
+    dz2 = (dz3 @ W3.T) * (z2 > 0)
+    gW2 = a1.T @ dz2
+    gb2 = np.sum(dz2, axis=0)
+    dz1 = (dz2 @ W2.T) * (z1 > 0)
+    gW1 = X.T @ dz1
+    gb1 = np.sum(dz1, axis=0)
+    for key, grad in zip(B_PARAM_NAMES, (gW1, gb1, gW2, gb2, gW3, gb3)):
+        params[key] -= lr * grad
+    return loss
+
+
+def chain_grad(x, cycles, scale=CHAIN_SCALE):
+    """Workloads C and D: sum(h) and its gradient w.r.t. x, where each cycle is h = tanh(sin(h)*scale + x)."""
+    saved = []
+    h = x
+    for _ in range(cycles):
+        s = np.sin(h)
+        m = s * scale
+        a = m + x
+        out = np.tanh(a)
+        saved.append((h, out))
+        h = out
+    loss = np.sum(h)
+    g = np.ones_like(x)
+    gx = np.zeros_like(x)
+    for h_in, h_out in reversed(saved):
+        g = g * (1.0 - h_out * h_out)
+        gx = gx + g
+        g = g * scale
+        g = g * np.cos(h_in)
+    gx = gx + g
+    return loss, gx
+
+
+def add_one(x):
+    """Workload E: the nearly empty function."""
+    return x + 1.0
+
+
+def prepare(workload, data) -> Prepared:
+    kind = workload.kind
+    if kind == "mlp_small":
+        fn = functools.partial(mlp_small, data["X"], data["y"], *(data[k] for k in A_PARAM_NAMES))
+        return Prepared("numpy", fn, lambda: list(fn()))
+    if kind == "mlp_sgd":
+        initial = {k: data[k] for k in B_PARAM_NAMES}
+        state = {k: v.copy() for k, v in initial.items()}
+        X, t = data["X"], data["t"]
+
+        def check():
+            state.update({k: v.copy() for k, v in initial.items()})
+            loss = mlp_sgd_step(state, X, t)
+            deltas = [state[k] - initial[k] for k in B_PARAM_NAMES]
+            state.update({k: v.copy() for k, v in initial.items()})
+            return [loss] + deltas
+        return Prepared("numpy", functools.partial(mlp_sgd_step, state, X, t), check)
+    if kind == "chain":
+        fn = functools.partial(chain_grad, data["x"], workload.cycles)
+        return Prepared("numpy", fn, lambda: list(fn()))
+    if kind == "empty":
+        fn = functools.partial(add_one, data["x"])
+        return Prepared("numpy", fn, lambda: [fn()])
+    raise ValueError(f"unknown workload kind {kind!r}")

@@ -1,0 +1,173 @@
+"""The benchmark workloads: what each computes and the seeded data it runs on.
+
+Only numpy here, so every implementation (staticgrad, the hand-written reference, torch, jax, pytensor,
+each possibly in another virtual environment) builds its version from the same definitions and data.
+
+A  the 2-3-2-1 sigmoid network of WORKED_EXAMPLES.md example 3: its 20 parameters, its 2 samples,
+   mean squared error; outputs the loss and the gradients of all 20 parameters (float64).
+B  a 784-256-256-10 ReLU MLP, batch 128, float32: softmax cross-entropy, forward + backward + an SGD
+   update of the 6 parameter arrays; outputs the loss (the new parameters are checked too).
+C  an elementwise chain of 2000 ops on 1000 float64 numbers, gradient of its sum w.r.t. the input.
+D  the same chain with 200 ops on 10 numbers (overhead-bound).
+E  an almost empty function, ``x + 1.0`` on one number: the fixed cost of one call.
+Compile-cost graphs: the same chain with 1,000 and 100,000 ops on 10 numbers.
+
+The chain repeats a 4-op cycle, ``h = tanh(sin(h) * 0.9 + x)``, starting from h = x, then sums h: a
+transcendental, a product with a constant, a sum with the input (so x forks into every cycle and its
+gradient sums 1 + cycles terms) and a squashing op. With x uniform in (-0.2, 0.2), h stays in (-0.62,
+0.62) and the reverse sweep shrinks by 0.45 to 0.9 per cycle: at 2000 ops the smallest adjoint is about
+1e-171, a normal float (denormals would slow every implementation down and blur the comparison).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SEED = 20240604
+CHAIN_CYCLE = ("sin", "mul 0.9", "add x", "tanh")   # documentation of the cycle every impl writes out
+CHAIN_SCALE = 0.9
+CHAIN_X_RANGE = 0.2
+B_SIZES = (784, 256, 256, 10)
+B_BATCH = 128
+B_LR = 0.01
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    kind: str                     # "mlp_small" | "mlp_sgd" | "chain" | "empty"
+    dtype: str = "float64"
+    size: int = 0                 # chain length of the data vector
+    ops: int = 0                  # chain: number of elementwise ops (4 per cycle)
+    rtol: float = 1e-9            # normwise relative error allowed against the numpy reference
+    params: dict = field(default_factory=dict)
+
+    @property
+    def cycles(self) -> int:
+        return self.ops // len(CHAIN_CYCLE)
+
+
+WORKLOADS = {
+    "A": Workload("A", "20-param 2-3-2-1 sigmoid net, 2 samples, loss+grads", "mlp_small"),
+    "B": Workload("B", "784-256-256-10 ReLU MLP SGD step, batch 128, float32", "mlp_sgd", dtype="float32",
+                  rtol=2e-4),
+    "C": Workload("C", "2000-op elementwise chain on 1000 floats, grad", "chain", size=1000, ops=2000),
+    "D": Workload("D", "200 tiny elementwise ops on 10 floats, grad", "chain", size=10, ops=200),
+    "E": Workload("E", "almost empty function (x + 1.0 on 1 float): call overhead", "empty", size=1),
+}
+
+
+def compile_cost_workload(ops: int) -> Workload:
+    """The chain of ``ops`` elementwise ops on 10 numbers, used to measure one-time costs."""
+    if ops % len(CHAIN_CYCLE):
+        raise ValueError(f"compile-cost chain: ops must be a multiple of {len(CHAIN_CYCLE)}, got {ops}")
+    return Workload(f"chain{ops}", f"{ops:,}-op elementwise chain on 10 floats (compile cost)", "chain",
+                    size=10, ops=ops)
+
+
+def get(name: str) -> Workload:
+    if name in WORKLOADS:
+        return WORKLOADS[name]
+    if name.startswith("chain") and name[5:].isdigit():
+        return compile_cost_workload(int(name[5:]))
+    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)} or chainN")
+
+
+# ------------------------------------------------------------------ data
+def example3_parameters():
+    """WORKED_EXAMPLES.md example 3, as arrays: W (3x2, row j = unit j's weights), b1, U (2x3), d, v, b."""
+    W = np.array([[.3, .6], [.4, .7], [.8, .1]])
+    b1 = np.array([.2, .5, .9])
+    U = np.array([[.7, .2, .8], [.5, .4, .9]])
+    d = np.array([.2, .5])
+    v = np.array([.6, .8])
+    b = np.array(.3)
+    return {"W": W, "b1": b1, "U": U, "d": d, "v": v, "b": b}
+
+
+A_PARAM_NAMES = ("W", "b1", "U", "d", "v", "b")
+B_PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3")
+A_EXPECTED_LOSS = 0.175595          # hand-computed in WORKED_EXAMPLES.md
+A_EXPECTED_GRADS = {("W", (0, 0)): 0.006731, ("b", ()): 0.627673}
+
+
+def make_data(workload: Workload) -> dict:
+    """Fresh arrays (inputs and initial parameters) for ``workload``; the same on every call and machine."""
+    rng = np.random.default_rng(SEED)
+    if workload.kind == "mlp_small":
+        data = example3_parameters()
+        data["X"] = np.array([[3.0, 2.0], [0.5, 1.2]])
+        data["y"] = np.array([1.5, 0.9])
+        return data
+    if workload.kind == "mlp_sgd":
+        f32 = np.float32
+        data = {"X": rng.standard_normal((B_BATCH, B_SIZES[0])).astype(f32),
+                "t": rng.integers(0, B_SIZES[-1], size=B_BATCH).astype(np.int64)}
+        for k, (m, n) in enumerate(zip(B_SIZES[:-1], B_SIZES[1:]), 1):
+            data[f"W{k}"] = (rng.standard_normal((m, n)) * np.sqrt(2.0 / m)).astype(f32)
+            data[f"b{k}"] = (rng.standard_normal(n) * 0.01).astype(f32)
+        return data
+    if workload.kind in ("chain", "empty"):
+        return {"x": rng.uniform(-CHAIN_X_RANGE, CHAIN_X_RANGE, size=workload.size)}
+    raise ValueError(f"unknown workload kind {workload.kind!r}")
+
+
+def _now():
+    """(CPU seconds of this process and of its finished children, such as C compilers; wall seconds)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system, time.perf_counter()
+
+
+class Stopwatch:
+    """One-time costs: each ``lap(name)`` records the time since the previous mark on both clocks."""
+
+    def __init__(self):
+        self.laps = {}
+        self._last = _now()
+
+    def lap(self, name):
+        now = _now()
+        self.laps[name] = (now[0] - self._last[0], now[1] - self._last[1])
+        self._last = now
+
+    def skip(self):
+        """Start the next lap now (what happened since the last mark is not a cost)."""
+        self._last = _now()
+
+    def costs(self, clock="cpu") -> dict:
+        k = 0 if clock == "cpu" else 1
+        return {name: span[k] for name, span in self.laps.items()}
+
+
+@dataclass
+class Prepared:
+    """One implementation of one workload, ready to time.
+
+    ``call()`` runs one step (what is timed); ``check()`` returns the outputs compared across
+    implementations (for B: the loss and each parameter's change after one step from the initial values;
+    the parameters are restored afterwards); ``stopwatch`` holds the one-time costs.
+    """
+    impl: str
+    call: object
+    check: object
+    stopwatch: Stopwatch | None = None
+    notes: dict = field(default_factory=dict)
+
+
+def outputs_close(got, want, rtol):
+    """(ok, worst error) comparing two lists of arrays by normwise relative error, array by array."""
+    if len(got) != len(want):
+        return False, float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64)
+        if g.shape != w.shape or not np.all(np.isfinite(g)):
+            return False, float("inf")
+        scale = float(np.max(np.abs(w))) if w.size else 0.0
+        err = float(np.max(np.abs(g - w))) / scale if scale > 0 else float(np.max(np.abs(g), initial=0.0))
+        worst = max(worst, err)
+    return worst <= rtol, worst

@@ -1,0 +1,143 @@
+"""Smoke tests of benchmarks/ and `staticgrad bench`: every workload runs for a few rounds, the JSON has
+its shape, staticgrad and the hand-written numpy reference compute the same numbers, and the reference
+itself is right. No timing is asserted."""
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from staticgrad import bench
+
+bench._benchmarks()   # puts the repository root on sys.path for the imports below
+
+from benchmarks import measure, reference, workloads  # noqa: E402
+
+
+def _settings(**overrides):
+    return bench.quick_settings(peers=[], rounds=2, target_s=0.0005, budget_s=0.01, **overrides)
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return bench.run(_settings(workloads=list(bench.WORKLOAD_NAMES), compile_ops=[40]), log=lambda msg: None)
+
+
+def test_reference_a_reproduces_worked_example_3():
+    wl = workloads.get("A")
+    loss, gW, gb1, gU, gd, gv, gb = reference.prepare(wl, workloads.make_data(wl)).check()
+    assert loss == pytest.approx(workloads.A_EXPECTED_LOSS, abs=1e-6)
+    assert gW[0, 0] == pytest.approx(0.006731, abs=1e-6)
+    assert gb == pytest.approx(0.627673, abs=1e-6)
+    assert [g.shape for g in (gW, gb1, gU, gd, gv)] == [(3, 2), (3,), (2, 3), (2,), (2,)]
+    assert sum(np.size(g) for g in (gW, gb1, gU, gd, gv, gb)) == 20
+
+
+def _central_difference(f, x, k, eps=1e-6):
+    x = x.copy()
+    x.flat[k] += eps
+    plus = f(x)
+    x.flat[k] -= 2 * eps
+    return (plus - f(x)) / (2 * eps)
+
+
+def test_reference_chain_gradient_matches_finite_differences():
+    x = np.random.default_rng(0).uniform(-0.2, 0.2, size=5)
+    loss, gx = reference.chain_grad(x, cycles=7)
+    for k in range(x.size):
+        assert gx[k] == pytest.approx(_central_difference(lambda z: reference.chain_grad(z, 7)[0], x, k), rel=1e-6)
+
+
+def test_reference_sgd_step_matches_finite_differences():
+    wl = workloads.get("B")
+    data = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in workloads.make_data(wl).items()}
+    X, t = data["X"][:16], data["t"][:16]
+    params = {k: data[k] for k in workloads.B_PARAM_NAMES}
+
+    def loss_at(name, value):
+        trial = {**{k: v.copy() for k, v in params.items()}, name: value}
+        return reference.mlp_sgd_step(trial, X, t, lr=0.0)
+
+    rng = np.random.default_rng(1)
+    for name in ("W1", "b2", "W3"):
+        after = {k: v.copy() for k, v in params.items()}
+        reference.mlp_sgd_step(after, X, t, lr=1.0)          # after = before - gradient
+        for k in rng.choice(params[name].size, size=2, replace=False):
+            grad = params[name].flat[k] - after[name].flat[k]
+            assert grad == pytest.approx(_central_difference(lambda v: loss_at(name, v), params[name], k),
+                                         rel=1e-5, abs=1e-9)
+
+
+def test_every_workload_runs_and_staticgrad_equals_the_reference(doc):
+    names = [e["name"] for e in doc["workloads"]]
+    assert names == list(bench.WORKLOAD_NAMES) + ["chain40"]
+    for entry in doc["workloads"]:
+        result = entry["results"]["staticgrad"]
+        assert result["status"] == "ok", (entry["name"], result)
+        assert result["max_rel_err"] <= workloads.get(entry["name"]).rtol
+        assert result["median_s"] > 0 and result["numpy"]["median_s"] > 0
+        assert result["ratio"] == pytest.approx(result["median_s"] / result["numpy"]["median_s"])
+        assert set(result["costs"]) == {"build", "grad", "compile", "first_call"}
+        assert result["rounds"] == len(result["samples_s"]) >= 2
+        assert result["other_clock"]["clock"] == "wall"
+
+
+def test_json_round_trips_and_table_names_every_workload(doc, tmp_path):
+    path = bench.write_json(doc, str(tmp_path))
+    loaded = json.loads(open(path).read())
+    assert loaded["schema"] == 1
+    assert {"settings", "machine", "blas", "workloads", "seconds"} <= set(loaded)
+    assert loaded["settings"]["threads"] == 1
+    table = bench.format_table(loaded)
+    for entry in loaded["workloads"]:
+        assert f"{entry['name']}: " in table
+    assert "Issue 4 goals:" in table
+
+
+def test_a_wrong_implementation_is_reported_not_timed():
+    wl = workloads.get("D")
+    data = workloads.make_data(wl)
+
+    def wrong(workload, data):
+        good = reference.prepare(workload, data)
+        return workloads.Prepared("wrong", good.call, lambda: [v * 1.001 for v in good.check()])
+    result = measure.measure(wl, data, wrong, rounds=2, target_s=0.0005)
+    assert result["status"] == "mismatch"
+    assert "median_s" not in result and result["max_rel_err"] > wl.rtol
+
+
+def test_interleaved_timing_shape():
+    stats = measure.time_interleaved({"a": lambda: None, "b": lambda: sum(range(10))}, rounds=3, target_s=0.0005,
+                                     clock="wall")
+    for name in ("a", "b"):
+        assert stats[name]["clock"] == "wall" and stats[name]["rounds"] == 3
+        assert stats[name]["q1_s"] <= stats[name]["median_s"] <= stats[name]["q3_s"]
+        assert stats[name]["calls_per_round"] >= 1
+
+
+def test_bench_env_unpins_openblas_and_fixes_threads():
+    env = bench.bench_env(1, base={"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_L2_SIZE": "1", "HOME": "/x"})
+    assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
+    assert env["HOME"] == "/x" and env["OPENBLAS_NUM_THREADS"] == "1" and env[bench.CHILD_MARK] == "1"
+    assert "OMP_NUM_THREADS" not in bench.bench_env(0, base={})
+
+
+def test_command_line_options():
+    parser = bench.add_arguments(argparse.ArgumentParser())
+    s = bench.settings_from_args(parser.parse_args(["--quick", "--only", "A,chain40", "--peers", "none"]))
+    assert (s.workloads, s.compile_ops, s.peers, s.quick, s.clock) == (["A"], [40], [], True, "cpu")
+    s = bench.settings_from_args(parser.parse_args(["--threads", "0", "--peers", "torch,jax.jit"]))
+    assert (s.clock, s.peers, s.compile_ops) == ("wall", ["torch", "jax.jit"], [1000, 100000])
+    with pytest.raises(SystemExit):
+        bench.settings_from_args(parser.parse_args(["--peers", "tensorflow"]))
+
+
+@pytest.mark.parametrize("name", ["A", "B", "D", "E"])
+def test_torch_peer_equals_the_reference(name):
+    pytest.importorskip("torch")
+    from benchmarks.peers import torch_peer
+    wl = workloads.get(name)
+    data = workloads.make_data(wl)
+    ok, err = workloads.outputs_close(torch_peer.prepare(wl, data).check(), reference.prepare(wl, data).check(),
+                                      wl.rtol)
+    assert ok, err
