@@ -20,8 +20,6 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import numpy as np  # noqa: E402
-
 import staticgrad as sg  # noqa: E402
 from staticgrad import eager, study  # noqa: E402
 

@@ -39,7 +39,6 @@ class _State:
 
 
 STATE = _State()
-_LEAF_OPS = ("tensor", "constant", "parameter", "placeholder")
 
 
 class EagerTensor(Tensor):

@@ -518,12 +518,13 @@ def format_table(result) -> str:
         if twin["structure"] != "same":
             lines.append(f"twin run: the two runs built different graphs: {twin['structure']}")
         elif twin["first_mismatch"] is None:
+            worst = max(twin["max_abs_diff_value"], twin["max_abs_diff_grad"])
             lines.append(f"twin run: {twin['forward_nodes']} node values and {twin['gradients']} gradients agree "
-                         f"within {twin['tolerance']:g} (max |diff| {max(twin['max_abs_diff_value'], twin['max_abs_diff_grad']):.1e})")
+                         f"within {twin['tolerance']:g} (max |diff| {worst:.1e})")
         else:
             m = twin["first_mismatch"]
-            lines.append(f"twin run: first difference beyond {twin['tolerance']:g}: the {m['kind']} of node {m['index']} "
-                         f"({m['node']}, made at {m['source']}), max |diff| {m['max_abs_diff']:.2e}")
+            lines.append(f"twin run: first difference beyond {twin['tolerance']:g}: the {m['kind']} of node "
+                         f"{m['index']} ({m['node']}, made at {m['source']}), max |diff| {m['max_abs_diff']:.2e}")
     return "\n".join(lines)
 
 

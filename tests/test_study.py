@@ -220,3 +220,21 @@ def test_bench_study_flag(tmp_path, capsys, monkeypatch):
     doc = json.loads(out.read_text())
     assert len(doc) == 1 and all("static" in r and "eager" in r for r in doc)
     assert "measurements written to" in capsys.readouterr().out
+
+
+def test_the_example_script(capsys, monkeypatch, tmp_path):
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "static_vs_dynamic.py"
+    spec = importlib.util.spec_from_file_location("example_static_vs_dynamic", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    every = study.workloads
+    monkeypatch.setattr(study, "workloads", lambda quick, seed=0: every(quick, seed)[1:2])
+    assert example.main(["--quick", "--no-torch", "--json", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    # Worked example 3 by hand, statically and eagerly, then the study's table and findings.
+    assert "  L           0.175595    0.175595    0.175595" in out
+    assert "  dL/db       0.627673    0.627673    0.627673" in out
+    assert "moons MLP" in out and "- moons MLP" in out
+    assert json.loads((tmp_path / "s.json").read_text())[0]["name"].startswith("moons")
