@@ -1,0 +1,157 @@
+"""passes.bisect: the first pass after which an output differs or turns non-finite, or None."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.passes import DEFAULT, PassStats, bisect
+
+
+def swap_add_for_sub(graph):
+    """A deliberately broken pass: every add becomes a sub (same shapes, wrong values)."""
+    changed = 0
+
+    def visit(new, node):
+        nonlocal changed
+        if node.op == "add":
+            new.add(node.copy(op="sub"))     # passes add changed copies; nodes are shared between graphs
+            changed += 1
+        return node.id
+
+    return graph.rebuild(visit), PassStats("swap_add_for_sub", changed=changed)
+
+
+def tanh_to_log(graph):
+    """Broken in a louder way: tanh becomes log, so negative inputs give NaN. Returns only the graph."""
+    def visit(new, node):
+        if node.op == "tanh":
+            new.add(node.copy(op="log"))
+        return node.id
+
+    return graph.rebuild(visit)
+
+
+def nudge_constants(scale):
+    """A pass that scales every floating constant by ``scale`` (a small change, or a large one)."""
+    def nudge(graph):
+        def visit(new, node):
+            if node.op == "constant" and node.value.dtype.kind == "f":
+                value = node.value * scale
+                value.setflags(write=False)
+                new.add(node.copy(value=value))
+            return node.id
+        return graph.rebuild(visit), PassStats("nudge", changed=1)
+    return nudge
+
+
+def mlp(rng):
+    x = sg.placeholder((None, 4), name="x")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    W1 = sg.parameter(rng.normal(size=(4, 8)), name="W1")
+    b1 = sg.parameter(rng.normal(size=8), name="b1")
+    W2 = sg.parameter(rng.normal(size=(8, 3)), name="W2")
+    b2 = sg.parameter(rng.normal(size=3), name="b2")
+    z = sg.tanh(x @ W1 + b1) @ W2 + b2
+    loss = sg.softmax_cross_entropy(z, t) + 0.01 * sg.sum(W1 * W1)
+    grads = sg.grad(loss, [W1, b1, W2, b2])
+    feeds = {x: rng.normal(size=(6, 4)), t: rng.integers(0, 3, size=6)}
+    return [loss, *grads], feeds
+
+
+def test_default_pipeline_keeps_every_result(rng):
+    outputs, feeds = mlp(rng)
+    assert bisect(outputs, feeds) is None
+    assert bisect(outputs, feeds, passes=DEFAULT) is None
+
+
+def test_finds_the_broken_pass_among_good_ones(rng):
+    outputs, feeds = mlp(rng)
+    pipeline = ["constant_fold", "simplify", "cse", swap_add_for_sub, "cse", "dce"]
+    assert bisect(outputs, feeds, passes=pipeline) == "swap_add_for_sub"
+
+
+def test_broken_pass_first_or_last(rng):
+    outputs, feeds = mlp(rng)
+    assert bisect(outputs, feeds, passes=[swap_add_for_sub] + DEFAULT) == "swap_add_for_sub"
+    assert bisect(outputs, feeds, passes=DEFAULT + [swap_add_for_sub]) == "swap_add_for_sub"
+
+
+def test_pass_that_makes_results_nan_is_named_after_its_function(rng):
+    outputs, feeds = mlp(rng)
+    with np.errstate(all="ignore"):
+        assert bisect(outputs, feeds, passes=["simplify", tanh_to_log, "dce"]) == "tanh_to_log"
+
+
+def test_a_single_output_tensor(rng):
+    x = sg.placeholder((3,), name="x")
+    y = sg.sum(sg.exp(x) + x)
+    assert bisect(y, {x: np.array([1.0, 2.0, 3.0])}, passes=["cse", swap_add_for_sub]) == "swap_add_for_sub"
+    assert bisect(y, {x: np.array([1.0, 2.0, 3.0])}) is None
+
+
+def test_changes_within_the_tolerance_are_not_reported():
+    x = sg.placeholder((3,), name="x")
+    y = x * 3.0
+    feeds = {x: np.array([1.0, -2.0, 3.0])}
+    assert bisect(y, feeds, passes=[nudge_constants(1 + 1e-12)]) is None
+    assert bisect(y, feeds, passes=[nudge_constants(1 + 1e-12)], rtol=1e-14, atol=0) == "nudge"
+    assert bisect(y, feeds, passes=[nudge_constants(1.001)]) == "nudge"
+
+
+def test_stabilize_making_an_overflow_finite_is_not_a_break():
+    x = sg.placeholder((2,), name="x", requires_grad=True)
+    y = sg.log(sg.sigmoid(x))
+    (g,) = sg.grad(sg.sum(y), [x])
+    feeds = {x: np.array([-1000.0, 0.5])}
+    with np.errstate(all="ignore"):
+        assert bisect([y, g], feeds) is None
+
+
+def test_a_result_turning_infinite_is_a_break():
+    def log_of_exp_unfolded(graph):
+        # replaces softplus(x) = log(1 + exp(x)) by exp: finite in, inf out for large x
+        def visit(new, node):
+            if node.op == "softplus":
+                new.add(node.copy(op="exp"))
+            return node.id
+        return graph.rebuild(visit), PassStats("softplus_to_exp", changed=1)
+
+    x = sg.placeholder((2,), name="x")
+    with np.errstate(all="ignore"):
+        assert bisect(sg.softplus(x), {x: np.array([1000.0, 0.0])}, passes=[log_of_exp_unfolded]) \
+            == "softplus_to_exp"
+
+
+def test_a_pass_that_leaves_a_graph_that_cannot_run_is_the_one_named():
+    # the point of bisect is finding the pass to blame: a graph that fails at run time after a pass
+    # (here an elementwise mul turned into a matmul with a 0-d operand) is a broken result of that pass
+    def mul_to_matmul(graph):
+        def visit(new, node):
+            if node.op == "mul":
+                new.add(node.copy(op="matmul"))
+            return node.id
+        return graph.rebuild(visit), PassStats("mul_to_matmul", changed=1)
+
+    x = sg.placeholder((2, 3), name="x")
+    y = sg.sum(x + x * 2)
+    assert bisect(y, {x: np.ones((2, 3))}, passes=["cse", mul_to_matmul, "dce"]) == "mul_to_matmul"
+
+
+def test_feeds_by_placeholder_name(rng):
+    x = sg.placeholder((3,), name="x")
+    y = sg.sum(x + x * 2)
+    assert bisect(y, {"x": np.ones(3)}, passes=[swap_add_for_sub]) == "swap_add_for_sub"
+
+
+def test_bisect_leaves_the_users_graph_alone(rng):
+    outputs, feeds = mlp(rng)
+    before = sg.compile(outputs, inputs=list(feeds), optimize=False)(*feeds.values())
+    bisect(outputs, feeds, passes=[swap_add_for_sub, tanh_to_log])
+    after = sg.compile(outputs, inputs=list(feeds), optimize=False)(*feeds.values())
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_unknown_pass_name_is_an_error(rng):
+    outputs, feeds = mlp(rng)
+    with pytest.raises(ValueError, match="nope"):
+        bisect(outputs, feeds, passes=["cse", "nope"])

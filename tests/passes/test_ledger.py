@@ -1,0 +1,187 @@
+"""The pass ledger (fn.report()) and custom pipelines given by name or by function."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad import passes
+from staticgrad.passes import DEFAULT, PASSES, PassStats
+from staticgrad.plan import costs
+
+ROW_KEYS = {"pass", "nodes_before", "nodes_after", "seconds", "changed", "removed", "added", "fixed_point",
+            "flops", "peak_bytes", "peak_bytes_unplanned"}
+
+
+def mlp_step(rng):
+    x = sg.placeholder((None, 4), name="x")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    W1 = sg.parameter(rng.normal(size=(4, 8)), name="W1")
+    b1 = sg.parameter(np.zeros(8), name="b1")
+    W2 = sg.parameter(rng.normal(size=(8, 3)), name="W2")
+    b2 = sg.parameter(np.zeros(3), name="b2")
+    loss = sg.softmax_cross_entropy(sg.tanh(x @ W1 + b1) @ W2 + b2, t)
+    params = [W1, b1, W2, b2]
+    return x, t, loss, sg.grad(loss, params)
+
+
+def test_default_pipeline_is_a_list_of_known_names():
+    assert isinstance(DEFAULT, list) and DEFAULT
+    assert set(DEFAULT) <= set(PASSES)
+    assert {"constant_fold", "prune", "simplify", "stabilize", "cse", "dce"} <= set(DEFAULT)
+
+
+def test_one_row_per_pass_run_with_the_documented_keys(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    rows = fn.report().rows
+    assert [r["pass"] for r in rows] == DEFAULT
+    for r in rows:
+        assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
+        assert r["seconds"] >= 0
+        assert isinstance(r["fixed_point"], bool)
+        assert all(isinstance(n, int) and n > 0 for n in list(r["removed"].values()) + list(r["added"].values()))
+
+
+def test_rows_chain_and_add_up(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    rows = fn.report().rows
+    for before, after in zip(rows, rows[1:]):
+        assert before["nodes_after"] == after["nodes_before"]
+    for r in rows:
+        net = sum(r["added"].values()) - sum(r["removed"].values())
+        assert r["nodes_after"] - r["nodes_before"] == net, r
+        if not r["added"] and not r["removed"]:
+            assert r["nodes_before"] == r["nodes_after"]
+    assert rows[-1]["nodes_after"] == fn.graph.number_of_nodes() == fn.report().summary["nodes"]
+    assert rows[-1]["nodes_after"] < rows[0]["nodes_before"]
+
+
+def test_costs_in_the_last_row_are_those_of_the_compiled_graph(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    last = fn.report().rows[-1]
+    want = costs(fn.ir)
+    assert (last["flops"], last["peak_bytes"], last["peak_bytes_unplanned"]) == \
+        (want["flops"], want["peak_bytes"], want["peak_bytes_unplanned"])
+    for r in fn.report().rows:
+        assert r["flops"] > 0 and 0 < r["peak_bytes"] <= r["peak_bytes_unplanned"]
+
+
+def test_cse_row_says_which_ops_went():
+    a, b = sg.placeholder((3,), name="a"), sg.placeholder((3,), name="b")
+    fn = sg.compile(a * b + a * b, inputs=[a, b])
+    (cse_row,) = [r for r in fn.report().rows if r["pass"] == "cse" and r["removed"]]
+    assert cse_row["removed"] == {"mul": 1} and cse_row["added"] == {}
+    assert cse_row["changed"] == 1
+    assert cse_row["flops"] < fn.report().rows[0]["flops"]
+
+
+def test_summary_describes_the_latest_plan(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    fn(rng.normal(size=(6, 4)), rng.integers(0, 3, size=6))
+    summary = fn.report().summary
+    assert {"plans", "peak_bytes", "peak_bytes_unplanned", "workspace_slots", "in_place"} <= set(summary)
+    assert summary["plans"] == 1
+    assert summary["peak_bytes"] < summary["peak_bytes_unplanned"]
+
+
+def test_report_prints_as_a_table(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    fn(rng.normal(size=(6, 4)), rng.integers(0, 3, size=6))
+    report = fn.report()
+    text = str(report)
+    lines = text.splitlines()
+    assert "pass" in lines[0] and "before" in lines[0] and "after" in lines[0] and "flops" in lines[0]
+    body = lines[2:2 + len(report.rows)]
+    for line, row in zip(body, report.rows):
+        assert line.split()[0] == row["pass"]
+        assert f"{row['nodes_before']}" in line.split() and f"{row['nodes_after']}" in line.split()
+        assert f"{row['flops']:,}" in line
+    assert "-1 mul" in text or "-1 " in text        # ops removed are spelled out
+    assert f"peak_bytes: {report.summary['peak_bytes']}" in text
+    assert repr(report) == text
+
+
+def test_custom_pipeline_by_name():
+    a, b = sg.placeholder((3,), name="a"), sg.placeholder((3,), name="b")
+    fn = sg.compile(a * b + a * b + 0, inputs=[a, b], passes=["cse", "dce"])
+    assert [r["pass"] for r in fn.report().rows] == ["cse", "dce"]
+    ops = [op for _, op in fn.graph.nodes(data="op")]
+    assert ops.count("mul") == 1 and ops.count("add") == 2          # no simplify: + 0 stays
+    np.testing.assert_allclose(fn(np.ones(3), np.full(3, 2.0)), np.full(3, 4.0))
+
+
+def test_custom_pipeline_by_function():
+    a, b = sg.placeholder((3,), name="a"), sg.placeholder((3,), name="b")
+    by_fn = sg.compile(a * b + a * b + 0, inputs=[a, b], passes=[PASSES["simplify"], PASSES["cse"]])
+    by_name = sg.compile(a * b + a * b + 0, inputs=[a, b], passes=["simplify", "cse"])
+    assert [r["pass"] for r in by_fn.report().rows] == ["simplify", "cse"]
+    assert by_fn.report().summary["ops"] == by_name.report().summary["ops"] == {"add": 1, "mul": 1,
+                                                                                 "placeholder": 2}
+
+
+def test_a_pass_written_by_the_user_gets_its_row():
+    def double_every_constant(graph):
+        """Multiply every constant by 2 (a user's pass: it does change results)."""
+        n = 0
+
+        def visit(new, node):
+            nonlocal n
+            if node.op == "constant":
+                new.add(node.copy(value=node.value * 2))    # nodes are shared between graphs: add copies
+                n += 1
+            return node.id
+        return graph.rebuild(visit), PassStats("double_constants", changed=n)
+
+    x = sg.placeholder((2,), name="x")
+    fn = sg.compile(x * 3.0, inputs=[x], passes=[double_every_constant, "dce"])
+    rows = fn.report().rows
+    assert rows[0]["pass"] == "double_constants" and rows[0]["changed"] == 1
+    np.testing.assert_allclose(fn(np.ones(2)), [6.0, 6.0])
+    # the unoptimized graph the function keeps is untouched by a pass that edits nodes in place
+    np.testing.assert_allclose(sg.compile(x * 3.0, inputs=[x], optimize=False)(np.ones(2)), [3.0, 3.0])
+
+
+def test_a_pass_that_returns_only_a_graph_is_named_after_its_function():
+    def do_nothing(graph):
+        return graph
+
+    x = sg.placeholder((2,), name="x")
+    fn = sg.compile(x + 1, inputs=[x], passes=[do_nothing])
+    (row,) = fn.report().rows
+    assert row["pass"] == "do_nothing"
+    assert row["nodes_before"] == row["nodes_after"] and row["removed"] == row["added"] == {}
+
+
+def test_empty_pipeline_and_unoptimized_have_no_rows():
+    x = sg.placeholder((2,), name="x")
+    assert sg.compile(x * 1, inputs=[x], passes=[]).report().rows == []
+    assert sg.compile(x * 1, inputs=[x], optimize=False).report().rows == []
+    ops = [op for _, op in sg.compile(x * 1, inputs=[x], passes=[]).graph.nodes(data="op")]
+    assert ops.count("mul") == 1
+
+
+def test_unknown_pass_name_is_a_clear_error():
+    x = sg.placeholder((2,), name="x")
+    with pytest.raises(ValueError, match="no_such_pass") as err:
+        sg.compile(x + 1, inputs=[x], passes=["cse", "no_such_pass"])
+    assert "cse" in str(err.value)      # lists the known passes
+
+
+def test_resolve_maps_names_and_keeps_functions():
+    def mine(graph):
+        return graph
+
+    assert passes.resolve(["cse", mine]) == [PASSES["cse"], mine]
+
+
+def test_run_pipeline_returns_the_graph_and_rows():
+    x = sg.placeholder((2,), name="x")
+    from staticgrad.graph import Graph
+    y = (x + 0) * 1
+    graph = Graph.from_tensors([y], inputs=[x])
+    new, rows = passes.run_pipeline(graph, ["simplify", "dce"])
+    assert [r["pass"] for r in rows] == ["simplify", "dce"]
+    assert new.outputs == [x.id]

@@ -1,0 +1,296 @@
+"""Execution plans: concrete shapes per call signature, memory planning into a reusable workspace, costs."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.graph import Graph
+from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
+from staticgrad.plan import concrete_shapes, costs, plan_memory, specialize
+
+
+def build_mlp(rng, batch=None, sizes=(4, 16, 16, 3)):
+    x = sg.placeholder((batch, sizes[0]), name="x")
+    t = sg.placeholder((batch,), dtype="int64", name="t")
+    params, h = [], x
+    for k, (m, n) in enumerate(zip(sizes[:-1], sizes[1:])):
+        W = sg.parameter(rng.normal(size=(m, n)) / np.sqrt(m), name=f"W{k}")
+        b = sg.parameter(rng.normal(size=n) * 0.1, name=f"b{k}")
+        params += [W, b]
+        h = h @ W + b
+        if k < len(sizes) - 2:
+            h = sg.tanh(h)
+    loss = sg.softmax_cross_entropy(h, t)
+    return x, t, params, loss, sg.grad(loss, params)
+
+
+def mlp_feeds(rng, n):
+    return rng.normal(size=(n, 4)), rng.integers(0, 3, size=n)
+
+
+def plan_for(fn, feed_shapes):
+    """The memory plan of ``fn``'s optimized graph for these feed shapes, made with plan.py's functions."""
+    ir = fn.ir
+    order = list(ir.nodes)
+    shapes = concrete_shapes(ir, order, feed_shapes)
+    concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
+    return concrete, order, shapes, plan_memory(concrete, order, shapes)
+
+
+def check_plan_is_safe(concrete, order, shapes, memory):
+    """No slot holds two values that are live at once; nothing that escapes the call sits in a slot.
+
+    A value is live from its step to the last step that reads it or any view of it; a result may take
+    the slot of an operand that dies at that very step only if the op is elementwise (a ufunc).
+    """
+    nodes = concrete.nodes
+    step_of = {i: s for s, i in enumerate(order)}
+    base = {}
+    for i in order:
+        op = REGISTRY.get(nodes[i].op)
+        base[i] = base[nodes[i].inputs[0]] if op is not None and op.has(VIEW) else i
+    last = {}
+    for s, i in enumerate(order):
+        for j in nodes[i].inputs:
+            last[base[j]] = max(last.get(base[j], -1), s)
+    escaping = {base[i] for i in list(concrete.outputs) + [e for _, e in concrete.updates]}
+    for i in escaping:
+        assert i not in memory.slot, f"output node {nodes[i]} lives in workspace slot {memory.slot[i]}"
+    by_slot = {}
+    for i, k in memory.slot.items():
+        by_slot.setdefault(k, []).append(i)
+        assert memory.slots[k] == (tuple(shapes[i]), np.dtype(nodes[i].dtype)), f"slot {k} does not fit {nodes[i]}"
+    for k, members in by_slot.items():
+        members.sort(key=step_of.get)
+        for a, b in zip(members, members[1:]):
+            end, start = last.get(a, step_of[a]), step_of[b]
+            assert end <= start, f"slot {k}: {nodes[b]} is written while {nodes[a]} is still read at step {end}"
+            if end == start:
+                assert REGISTRY[nodes[b].op].has(ELEMENTWISE), \
+                    f"slot {k}: non-elementwise {nodes[b]} writes over its operand {nodes[a]}"
+
+
+# ------------------------------------------------------------------ outputs never alias the workspace
+def test_earlier_results_survive_later_calls(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    first = fn(*mlp_feeds(rng, 8))
+    kept = [a.copy() for a in first]
+    fn(*mlp_feeds(rng, 8))
+    fn(*mlp_feeds(rng, 8))
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_outputs_that_are_views_of_intermediates_survive_later_calls(rng):
+    x = sg.placeholder((3, 3), name="x")
+    a = sg.exp(x)
+    outs = [sg.tanh(a).T, (a * 2)[0], sg.sum(a * 3, axis=0), (a + 1).reshape((9,)), sg.tanh(a) * a,
+            sg.max(a * a, axis=1, keepdims=True)]
+    fn = sg.compile(outs, inputs=[x])
+    first = fn(rng.normal(size=(3, 3)))
+    kept = [o.copy() for o in first]
+    fn(rng.normal(size=(3, 3)))
+    for o, k in zip(first, kept):
+        np.testing.assert_array_equal(o, k)
+    check_plan_is_safe(*plan_for(fn, [(3, 3)]))
+
+
+def test_outputs_do_not_share_memory_with_each_other(rng):
+    x = sg.placeholder((4,), name="x")
+    a = sg.exp(x) * 2
+    outs = [a, a + 1, sg.sin(a), a * 3]
+    fn = sg.compile(outs, inputs=[x])
+    got = fn(rng.normal(size=4))
+    for i in range(len(got)):
+        for j in range(i + 1, len(got)):
+            assert not np.shares_memory(got[i], got[j])
+
+
+def test_updated_parameters_survive_later_calls(rng):
+    x = sg.placeholder((2, 3), name="x")
+    W = sg.parameter(np.ones((2, 3)), name="W")
+    fn = sg.compile(sg.sum(W), inputs=[x], updates=[(W, sg.tanh(W * x) * 2)])
+    fn(np.full((2, 3), 0.5))
+    after_first = W.value
+    kept = after_first.copy()
+    fn(np.full((2, 3), -3.0))
+    np.testing.assert_array_equal(after_first, kept)
+    assert not np.shares_memory(W.value, after_first)
+
+
+def test_plans_keep_no_two_live_values_in_one_slot(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    for n in (1, 7, 32):
+        check_plan_is_safe(*plan_for(fn, [(n, 4), (n,)]))
+
+
+def test_a_view_of_a_live_value_does_not_give_its_slot_away(rng):
+    # b = a.T dies at c = b + 1, but a itself is still read afterwards: c must not be written over a
+    x = sg.placeholder((3, 3), name="x")
+    a = sg.exp(x)
+    c = a.T + 1
+    d = sg.sum(a * c.T)
+    feed = rng.normal(size=(3, 3))
+    fn = sg.compile(d, inputs=[x])
+    np.testing.assert_allclose(fn(feed), sg.compile(d, inputs=[x], optimize=False)(feed), rtol=1e-14)
+    check_plan_is_safe(*plan_for(fn, [(3, 3)]))
+
+
+def test_in_place_over_an_operand_read_through_a_transposed_view(rng):
+    x = sg.placeholder((3, 3), name="x")
+    a = sg.exp(x)
+    y = sg.sum(sg.tanh(a * a.T + a))
+    feed = rng.normal(size=(3, 3))
+    fn = sg.compile(y, inputs=[x])
+    np.testing.assert_allclose(fn(feed), sg.compile(y, inputs=[x], optimize=False)(feed), rtol=1e-14)
+
+
+# ------------------------------------------------------------------ reuse and in-place
+def test_chain_of_elementwise_ops_runs_in_place(rng):
+    x = sg.placeholder((100,), name="x")
+    y = x
+    for k in range(8):
+        y = sg.tanh(y * 1.5 + 0.1)
+    y = sg.sum(y)
+    fn = sg.compile(y, inputs=[x])
+    feed = rng.normal(size=100)
+    np.testing.assert_allclose(fn(feed), sg.compile(y, inputs=[x], optimize=False)(feed), rtol=1e-14)
+    summary = fn.report().summary
+    assert summary["workspace_slots"] == 1          # 24 elementwise results, one buffer
+    assert summary["in_place"] >= 20
+    assert summary["peak_bytes"] == 100 * 8 + 8      # the buffer, and the fresh 0-d sum returned
+    assert summary["peak_bytes_unplanned"] == 24 * 100 * 8 + 8
+    assert "out=" in fn.source or ", w" in fn.source
+
+
+def test_planned_peak_is_below_unplanned_for_an_mlp(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    fn(*mlp_feeds(rng, 64))
+    summary = fn.report().summary
+    assert 0 < summary["peak_bytes"] < summary["peak_bytes_unplanned"]
+    assert summary["workspace_slots"] > 0
+
+
+def test_alternating_batch_sizes_reuse_their_plans(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    slow = sg.compile([loss, *grads], inputs=[x, t], optimize=False)
+    for n in (8, 3, 8, 3, 8, 3):
+        X, T = mlp_feeds(rng, n)
+        for a, b in zip(fn(X, T), slow(X, T)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    assert fn.report().summary["plans"] == 2
+    assert fn.report().summary["plan_shapes"] == [(3, 4), (3,)]
+
+
+def test_plans_are_per_shape_signature_not_per_call(rng):
+    x = sg.placeholder((None, 2), name="x")
+    y = sg.placeholder((None,), name="y")
+    fn = sg.compile(sg.sum(sg.exp(x)) + sg.sum(y), inputs=[x, y])
+    fn(np.ones((2, 2)), np.ones(5))
+    fn(np.ones((2, 2)), np.ones(6))
+    fn(np.ones((2, 2)), np.ones(5))
+    assert fn.report().summary["plans"] == 2
+
+
+def test_many_batch_sizes_stay_correct(rng):
+    x = sg.placeholder((None, 3), name="x")
+    y = sg.sum(sg.tanh(x * 2 + 1), axis=0)
+    fn = sg.compile(y, inputs=[x])
+    for n in list(range(1, 40)) + [1, 5, 2]:
+        X = rng.normal(size=(n, 3))
+        np.testing.assert_allclose(fn(X), np.tanh(X * 2 + 1).sum(axis=0), rtol=1e-13)
+    assert fn.report().summary["plans"] <= sg.Function.MAX_PLANS
+
+
+def test_training_steps_equal_unoptimized(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    updates = [(p, p - 0.5 * g) for p, g in zip(params, grads)]
+    fast = sg.compile(loss, inputs=[x, t], updates=updates)
+    slow = sg.compile(loss, inputs=[x, t], updates=updates, optimize=False)
+    start = [p.value.copy() for p in params]
+    batches = [mlp_feeds(rng, n) for n in (8, 5, 8, 1)]
+
+    def train(fn):
+        for p, v in zip(params, start):
+            p.value = v.copy()
+        losses = [fn(X, T) for X, T in batches]
+        return losses, [p.value.copy() for p in params]
+
+    fast_losses, fast_params = train(fast)
+    slow_losses, slow_params = train(slow)
+    np.testing.assert_allclose(fast_losses, slow_losses, rtol=1e-12)
+    for a, b in zip(fast_params, slow_params):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_float32_and_int_values_get_slots_of_their_own_dtype(rng):
+    x = sg.placeholder((4,), dtype="float32", name="x")
+    i = sg.placeholder((4,), dtype="int64", name="i")
+    a = sg.exp(x) * 2
+    b = (i * 3 + 1) * 2
+    y = sg.sum(a * 2 + 1) + sg.sum(b + 1)
+    fn = sg.compile(y, inputs=[x, i])
+    feeds = (rng.normal(size=4).astype(np.float32), np.arange(4))
+    assert fn(*feeds).dtype == sg.compile(y, inputs=[x, i], optimize=False)(*feeds).dtype
+    np.testing.assert_allclose(fn(*feeds), sg.compile(y, inputs=[x, i], optimize=False)(*feeds), rtol=1e-6)
+    check_plan_is_safe(*plan_for(fn, [(4,), (4,)]))
+
+
+# ------------------------------------------------------------------ plan.py directly
+def test_concrete_shapes_follow_the_feed(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    order = list(fn.ir.nodes)
+    shapes = concrete_shapes(fn.ir, order, [(5, 4), (5,)])
+    assert all(None not in s for s in shapes.values())
+    assert shapes[fn.ir.outputs[0]] == ()
+    assert [shapes[o] for o in fn.ir.outputs[1:]] == [p.shape for p in params]
+    matmuls = [shapes[i] for i in order if fn.ir.nodes[i].op == "matmul"]
+    assert (5, 16) in matmuls
+
+
+def test_concrete_shapes_reject_a_wrong_size(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    with pytest.raises(sg.FeedError, match="x"):
+        concrete_shapes(fn.ir, list(fn.ir.nodes), [(5, 3), (5,)])
+
+
+def test_sizes_that_disagree_only_at_run_time_name_the_op(rng):
+    a = sg.placeholder((None, 3), name="a")
+    b = sg.placeholder((None, 3), name="b")
+    fn = sg.compile(a + b, inputs=[a, b])
+    with pytest.raises((sg.ShapeError, sg.ExecutionError), match="add"):
+        fn(np.ones((2, 3)), np.ones((4, 3)))
+
+
+def test_plan_without_memory_planning_uses_no_workspace(rng):
+    x, t, params, loss, grads = build_mlp(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    concrete, order, shapes, planned = plan_for(fn, [(16, 4), (16,)])
+    plain = plan_memory(concrete, order, shapes, enable=False)
+    assert plain.slot == {} and plain.slots == []
+    assert plain.peak_unplanned == planned.peak_unplanned
+    assert plain.peak_planned < plain.peak_unplanned       # freeing after last use alone already helps
+    assert planned.peak_planned < planned.peak_unplanned
+
+
+def test_costs_count_matmul_flops_exactly():
+    x = sg.placeholder((5, 4), name="x")
+    W = sg.parameter(np.ones((4, 3)), name="W")
+    fn = sg.compile(x @ W, inputs=[x], passes=[])
+    c = costs(fn.ir)
+    assert c["flops"] == 2 * 5 * 4 * 3
+    assert c["peak_bytes_unplanned"] == 5 * 3 * 8
+
+
+def test_costs_take_unknown_sizes_as_one():
+    x = sg.placeholder((None, 4), name="x")
+    W = sg.parameter(np.ones((4, 3)), name="W")
+    fn = sg.compile(sg.tanh(x @ W), inputs=[x], passes=[])
+    c = costs(fn.ir)
+    assert c["flops"] == 2 * 4 * 3 + 6 * 3     # matmul of one row, then tanh weighted 6 per element
+    assert c["peak_bytes"] <= c["peak_bytes_unplanned"] == 2 * 3 * 8
