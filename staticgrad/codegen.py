@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from .ops.registry import REGISTRY
+from .ops.registry import REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _RESERVED = re.compile(r"^[vcawk]\d+$|^[a-z_0-9]+_\d+$")   # the shapes of generated names
@@ -118,14 +118,10 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
         names[i] = var
         args = [names[j] for j in node.inputs]
         slot = memory.slot.get(i) if memory is not None else None
-        kernel = REGISTRY[node.op].kernel
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
         if slot is not None:
-            if isinstance(kernel, np.ufunc):
-                args.insert(len(node.inputs), slots[slot])
-            else:
-                args.append(f"out={slots[slot]}")
+            args.append(f"out={slots[slot]}")
         else:
             temps.add(var)
         lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}")
@@ -135,15 +131,23 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
         if dead:
             lines.append(f"    del {', '.join(dead)}")
 
-    outs = ", ".join(_output_expr(nodes[o], names[o]) for o in graph.outputs)
+    outs = ", ".join(_output_expr(_storage(nodes, o), names[o]) for o in graph.outputs)
     ups = ", ".join(names[e] for _, e in graph.updates)
     lines.append(f"    return [{outs}], [{ups}]")
     return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory)
 
 
-def _output_expr(node, name) -> str:
-    # Never hand the caller an array we hold on to (a constant, a parameter's value).
-    if node.op in ("constant", "parameter"):
+def _storage(nodes, i):
+    """The node whose memory node ``i``'s value lives in (following views back to their source)."""
+    node = nodes[i]
+    while node.inputs and REGISTRY[node.op].has(VIEW):
+        node = nodes[node.inputs[0]]
+    return node
+
+
+def _output_expr(base, name) -> str:
+    # Never hand the caller an array we hold on to (a constant, a parameter's value) or a view of one.
+    if base.op in ("constant", "parameter"):
         return f"np.array({name})"
     return name
 

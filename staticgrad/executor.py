@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import scalarize
 from .codegen import generate
 from .graph import Graph
 from .plan import concrete_shapes, plan_memory, specialize
@@ -45,6 +46,50 @@ class Report:
         return str(self)
 
 
+class ScalarProgram:
+    """A plan run as Python scalar code, falling back to the numpy plan where float semantics differ."""
+
+    def __init__(self, source, params, fallback):
+        namespace = dict(scalarize.HELPERS, P=params)
+        exec(compile(source, "<staticgrad scalar>", "exec"), namespace)
+        scalar, numpy_run = namespace["run"], fallback.run
+
+        def run(*feeds):
+            try:
+                return scalar(*feeds)
+            except (ArithmeticError, ValueError, IndexError):
+                return numpy_run(*feeds)     # numpy's inf/nan semantics, or its clear error
+
+        self.run, self.source, self.fallback = run, source, fallback
+        self.memory, self.line_nodes, self.shapes = fallback.memory, fallback.line_nodes, fallback.shapes
+
+
+def _maybe_scalar(graph, order, param_ids, shapes, program, feeds, rounds=5):
+    """The scalar version of ``program`` if it computes the same values faster on ``feeds``."""
+    import time
+    try:
+        source = scalarize.generate(graph, order, param_ids, graph.inputs, shapes)
+    except Exception:       # anything the scalar generator cannot express stays with numpy
+        return program
+    params = [graph.nodes[i].tensor for i in param_ids]
+    candidate = ScalarProgram(source, params, program)
+    try:
+        want, got = program.run(*feeds), candidate.run(*feeds)
+    except Exception:
+        return program
+    for a, b in zip(want[0] + want[1], got[0] + got[1]):
+        if not np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-12,
+                           equal_nan=True):
+            return program
+    best = {program: float("inf"), candidate: float("inf")}
+    for _ in range(rounds):
+        for p in best:
+            start = time.perf_counter()
+            p.run(*feeds)
+            best[p] = min(best[p], time.perf_counter() - start)
+    return candidate if best[candidate] < best[program] else program
+
+
 def check_feed(node, value):
     """``value`` as an array of the placeholder's dtype, or a FeedError naming it."""
     try:
@@ -76,7 +121,7 @@ class Function:
 
     MAX_PLANS = 32
 
-    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True):
+    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True, scalar=True):
         from .compiler import schedule
         self.ir = ir                       # the optimized staticgrad.graph.Graph
         self._order = schedule(ir)
@@ -97,9 +142,8 @@ class Function:
         self._graph = None
         self._plans = {}
         self._last = None
+        self._scalar = scalar
         self._fast = self._make_fast_path()
-        if all(None not in n.shape for n in self._inputs):
-            self._plan(tuple(n.shape for n in self._inputs))
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
@@ -124,7 +168,7 @@ class Function:
                   "        raise",
                   "    except Exception as err:",
                   "        raise explain(err, program) from err",
-                  "    if new_values: assign(new_values)"]
+                  "    if new_values: assign(new_values, outputs)"]
         if self._single:
             lines += ["    out = outputs[0]", "    return out if type(out) is ndarray else asarray(out)"]
         else:
@@ -141,7 +185,7 @@ class Function:
         key = tuple([f.shape for f in feeds])
         program = self._plans.get(key)
         if program is None:
-            program = self._plan(key)
+            program = self._plan(key, feeds)
         try:
             outputs, new_values = program.run(*feeds)
         except StaticgradError:
@@ -149,21 +193,26 @@ class Function:
         except Exception as err:
             raise self._explain(err, program) from err
         if new_values:
-            self._assign(new_values)
+            self._assign(new_values, outputs)
         # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
         if self._single:
             out = outputs[0]
             return out if type(out) is np.ndarray else np.asarray(out)
         return [o if type(o) is np.ndarray else np.asarray(o) for o in outputs]
 
-    def _plan(self, key):
-        """The program specialized to feed shapes ``key`` (built once, then cached)."""
+    def _plan(self, key, feeds=None):
+        """The program specialized to feed shapes ``key`` (built once, then cached).
+
+        For tiny plans a scalar version is generated too and, timed on these feeds, kept when faster.
+        """
         ir, order = self.ir, self._order
         shapes = concrete_shapes(ir, order, key)
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
         memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
         program = generate(concrete, order, self._param_ids, ir.inputs, memory)
         program.shapes = shapes
+        if self._scalar and feeds is not None and scalarize.eligible(concrete, order, shapes):
+            program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = program
@@ -180,7 +229,10 @@ class Function:
             return self._feeds_from_dict(kwargs)
         if len(args) != len(inputs):
             names = ", ".join(repr(n.label()) for n in inputs)
-            raise FeedError(f"expected {len(inputs)} feeds ({names}) in inputs order, got {len(args)}")
+            missing = "; ".join(f"missing feed for placeholder {n.label()!r} (expected shape {format_shape(n.shape)}, "
+                                f"dtype {n.dtype})" for n in inputs[len(args):])
+            raise FeedError(f"expected {len(inputs)} feeds ({names}) in inputs order, got {len(args)}"
+                            + (f": {missing}" if missing else ""))
         return [check_feed(node, value) for node, value in zip(inputs, args)]
 
     def _feeds_from_dict(self, feed_dict):
@@ -201,8 +253,9 @@ class Function:
             raise FeedError(f"missing feed for placeholder {', '.join(map(repr, missing))}: {detail}")
         return [check_feed(node, given[node.id]) for node in self._inputs]
 
-    def _assign(self, new_values):
+    def _assign(self, new_values, outputs=()):
         # Check every new value before assigning any, so a failing call changes no parameter.
+        # A value also returned to the caller is copied: the caller's array must not be the parameter.
         checked = []
         for param, k in self._updates:
             value = np.asarray(new_values[k])
@@ -215,7 +268,8 @@ class Function:
                                          f"{format_shape(param.shape)}") from None
             if value.dtype != param.dtype:
                 value = value.astype(param.dtype)
-            if not value.flags.owndata or not value.flags.writeable or any(value is p._value for p in self._params):
+            if (not value.flags.owndata or not value.flags.writeable or any(value is o for o in outputs)
+                    or any(value is p._value for p in self._params)):
                 value = value.copy()
             checked.append((param, value))
         for param, value in checked:

@@ -3,7 +3,8 @@ import warnings
 
 import numpy as np
 
-from ..ops.registry import REGISTRY, SHAPE_REF
+from ..graph import Node
+from ..ops.registry import ELEMENTWISE, REGISTRY, SHAPE_REF
 from .stats import PassStats
 
 LEAVES = ("placeholder", "parameter", "constant")
@@ -45,6 +46,36 @@ def evaluate(node, inputs):
     return value
 
 
+def _fold_through_broadcasts(new, node, inputs):
+    """op(broadcast(c1), c2) -> broadcast(op(c1, c2)): compute on the small constants, keep the free view."""
+    if not REGISTRY[node.op].has(ELEMENTWISE) or not any(x.op in BROADCASTS for x in inputs):
+        return None
+    values, ref = [], None
+    for x in inputs:
+        if x.op == "constant":
+            values.append(x.value)
+        elif x.op in BROADCASTS and new.nodes[x.inputs[0]].op == "constant":
+            values.append(new.nodes[x.inputs[0]].value)
+            if x.op == "broadcast_like":
+                ref = x.inputs[1]
+        else:
+            return None
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        value = np.array(REGISTRY[node.op].kernel(*values, **node.attrs), dtype=node.dtype)
+    value.setflags(write=False)
+    const = Node("constant", (), {}, value.shape, value.dtype, role=node.role, value=value, source=node.source,
+                 scope=node.scope)
+    new.add(const)
+    if None in node.shape:
+        if ref is None:
+            return None
+        new.add(node.copy(op="broadcast_like", inputs=[const.id, ref], attrs={}))
+    else:
+        new.add(node.copy(op="broadcast_to", inputs=[const.id], attrs={"shape": tuple(node.shape)}))
+    return node.id
+
+
 def run(graph):
     """Replace every node whose inputs are all constants by one constant computed now, at compile time.
 
@@ -57,11 +88,17 @@ def run(graph):
         nonlocal folded
         if node.op in LEAVES:
             return node.id
-        value = evaluate(node, [new.nodes[i] for i in node.inputs])
+        inputs = [new.nodes[i] for i in node.inputs]
+        value = evaluate(node, inputs)
         if value is not None:
             new.add(node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape,
                               requires_grad=False))
             folded += 1
+            return node.id
+        replacement = _fold_through_broadcasts(new, node, inputs)
+        if replacement is not None:
+            folded += 1
+            return replacement
         return node.id
 
     return graph.rebuild(visit), PassStats("constant_fold", changed=folded)

@@ -1,0 +1,303 @@
+"""Scalar code for tiny plans: every element of every tensor becomes a Python float.
+
+When a plan's tensors are a handful of numbers (the 20-parameter network, a few samples), numpy's fixed
+cost per call dominates: a 2x3 matrix product costs as much as a 200x300 one. Once the shapes of a call
+are known, a static graph can be unrolled into straight-line float arithmetic instead: matrix products
+become sums of products, views (transpose, reshape, indexing, broadcasts) become pure renaming at
+generation time and cost nothing at run time.
+
+The generated ``run`` has the same signature and results as the numpy plan's (within rounding: numpy's
+pairwise sums and its transcendental kernels may differ in the last bit). Where Python's float semantics
+differ from numpy's (division by zero, overflow, domains of log/sqrt raise instead of giving inf/nan), the
+scalar code raises and the caller reruns the numpy plan, so results never silently differ.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
+
+_UNARY = {
+    "neg": "(-{0})", "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
+    "sqrt": "sqrt({0})", "sin": "sin({0})", "cos": "cos({0})", "tanh": "tanh({0})", "abs": "abs({0})",
+    "square": "({0} * {0})", "relu": "max({0}, 0.0)", "stop_gradient": "{0}",
+    "sigmoid": "sigmoid({0})", "softplus": "softplus({0})", "sign": "sign({0})",
+}
+_BINARY = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "pow({0}, {1})", "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
+    "less": "({0} < {1})", "less_equal": "({0} <= {1})", "greater": "({0} > {1})",
+    "greater_equal": "({0} >= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
+    "logical_and": "({0} and {1})", "logical_or": "({0} or {1})",
+}
+_VIEWS = ("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "getitem")
+_ROWWISE = ("softmax", "log_softmax", "logsumexp")
+SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | {
+    "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy", "one_hot", "concatenate",
+    "stack", "getitem_grad", "constant", "placeholder", "parameter"}
+
+
+def _sigmoid(x):
+    e = math.exp(-abs(x))
+    r = 1.0 / (1.0 + e)
+    return r if x >= 0 else e * r
+
+
+def _softplus(x):
+    return math.log1p(math.exp(-abs(x))) + (x if x > 0.0 else 0.0)
+
+
+def _maximum(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _minimum(a, b):
+    return a if (a <= b or a != a) else b
+
+
+def _sign(a):
+    return float((a > 0) - (a < 0)) if a == a else a
+
+
+HELPERS = {"exp": math.exp, "log": math.log, "log1p": math.log1p, "expm1": math.expm1, "sqrt": math.sqrt,
+           "sin": math.sin, "cos": math.cos, "tanh": math.tanh, "pow": math.pow, "sigmoid": _sigmoid,
+           "softplus": _softplus, "maximum": _maximum, "minimum": _minimum, "sign": _sign, "np": np,
+           "inf": math.inf, "nan": math.nan}
+
+
+class Unsupported(Exception):
+    """The plan uses something the scalar generator does not handle; the numpy plan is used instead."""
+
+
+def eligible(graph, order, shapes, limit=MAX_STATEMENTS) -> bool:
+    """Whether ``graph`` can and should run as scalar code: float64/int/bool only, known ops, small."""
+    total = 0
+    for i in order:
+        node = graph.nodes[i]
+        if node.op not in SUPPORTED or node.dtype.kind not in "fiub":
+            return False
+        if node.dtype.kind == "f" and node.dtype != np.float64:
+            return False
+        if node.op not in _VIEWS:
+            total += math.prod(shapes[i]) * (math.prod(shapes[node.inputs[0]][-1:]) if node.op == "matmul" else 1)
+        if total > limit:
+            return False
+    return True
+
+
+class _Emitter:
+    def __init__(self):
+        self.lines = []
+        self.count = 0
+
+    def assign(self, expr):
+        self.count += 1
+        name = f"s{self.count}"
+        self.lines.append(f"    {name} = {expr}")
+        return name
+
+
+def _literal(value):
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, (int, np.integer)):
+        return repr(int(value))
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "(-inf)"
+    return repr(value)
+
+
+def _atoms(shape, fill):
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    for k in range(flat.size):
+        flat[k] = fill(k)
+    return out
+
+
+def generate(graph, order, params, inputs, shapes) -> str:
+    """Source of ``run`` computing ``graph`` on Python scalars; raises Unsupported when it cannot."""
+    em = _Emitter()
+    nodes = graph.nodes
+    val = {}
+    args = []
+    for k, i in enumerate(inputs):
+        name = f"a{k}"
+        args.append(name)
+        val[i] = _unpack(em, name, shapes[i])
+    for k, i in enumerate(params):
+        val[i] = _unpack(em, f"P[{k}]._value", shapes[i])
+    for i in order:
+        node = nodes[i]
+        if i in val:
+            continue
+        val[i] = _node(em, node, [val[j] for j in node.inputs], shapes, nodes)
+    outs = [_pack(em, val[o], nodes[o].dtype) for o in graph.outputs]
+    ups = [_pack(em, val[e], nodes[e].dtype) for _, e in graph.updates]
+    body = "\n".join(em.lines)
+    return (f"def run({', '.join(args)}):\n{body}\n"
+            f"    return [{', '.join(outs)}], [{', '.join(ups)}]\n")
+
+
+def _unpack(em, source, shape):
+    n = math.prod(shape)
+    if n == 0:
+        raise Unsupported("empty tensor")
+    em.count += 1
+    names = [f"u{em.count}_{k}" for k in range(n)]
+    # tolist() gives Python floats, ints and bools: exactly the scalars the generated code computes on.
+    em.lines.append(f"    {', '.join(names)}, = {source}.reshape(-1).tolist()")
+    return np.array(names, dtype=object).reshape(shape)
+
+
+def _pack(em, atoms, dtype):
+    flat = ", ".join(atoms.reshape(-1).tolist())
+    if atoms.ndim == 0:
+        return f"np.array({flat}, dtype={dtype.name!r})"
+    return f"np.array([{flat}], dtype={dtype.name!r}).reshape({atoms.shape!r})"
+
+
+def _elementwise(em, template, operands, shape):
+    arrays = np.broadcast_arrays(*operands)
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    for k, parts in enumerate(zip(*(a.reshape(-1) for a in arrays))):
+        flat[k] = em.assign(template.format(*parts))
+    return out
+
+
+def _node(em, node, ins, shapes, nodes):
+    op, attrs, shape = node.op, node.attrs, shapes[node.id]
+    if op == "constant":
+        return _atoms(node.value.shape, lambda k: _literal(node.value.reshape(-1)[k]))
+    if op in _UNARY:
+        return _elementwise(em, _UNARY[op], ins, shape)
+    if op in _BINARY:
+        return _elementwise(em, _BINARY[op], ins, shape)
+    if op == "where":
+        return _elementwise(em, "({1} if {0} else {2})", ins, shape)
+    if op == "clip":
+        return _elementwise(em, "minimum(maximum({0}, {1}), {2})", ins, shape)
+    if op == "cast":
+        kind = np.dtype(attrs["dtype"]).kind
+        conv = {"f": "float", "i": "int", "u": "int", "b": "bool"}[kind]
+        return _elementwise(em, conv + "({0})", ins, shape)
+    if op == "reshape":
+        return ins[0].reshape(attrs["shape"])
+    if op == "transpose":
+        return np.transpose(ins[0], attrs["axes"])
+    if op == "expand_dims":
+        return np.expand_dims(ins[0], attrs["axis"])
+    if op == "squeeze":
+        return np.squeeze(ins[0], axis=attrs["axis"])
+    if op == "broadcast_to":
+        return np.broadcast_to(ins[0], attrs["shape"])
+    if op == "getitem":
+        return np.asarray(ins[0][attrs["index"]], dtype=object)
+    if op in ("concatenate", "stack"):
+        fn = np.concatenate if op == "concatenate" else np.stack
+        return fn([np.asarray(x, dtype=object) for x in ins], axis=attrs["axis"])
+    if op == "matmul":
+        return _matmul(em, ins[0], ins[1], shape)
+    if op in ("sum", "mean"):
+        return _reduce(em, op, ins[0], attrs["axis"], attrs["keepdims"])
+    if op in _ROWWISE:
+        return _rowwise(em, op, ins[0], attrs["axis"], attrs.get("keepdims", True), shape)
+    if op == "softmax_cross_entropy":
+        return _cross_entropy(em, ins[0], ins[1])
+    if op == "one_hot":
+        labels, ref = ins
+        depth = ref.shape[-1]
+        out = np.empty(labels.shape + (depth,), dtype=object)
+        for idx in np.ndindex(labels.shape):
+            _check_label(em, labels[idx], depth)
+            for c in range(depth):
+                out[idx + (c,)] = em.assign(f"(1.0 if {labels[idx]} == {c} else 0.0)")
+        return out
+    if op == "getitem_grad":
+        out = np.full(attrs["shape"], "0.0", dtype=object)
+        index = attrs["index"]
+        target = np.empty(attrs["shape"], dtype=object)
+        target.reshape(-1)[:] = np.arange(target.size)
+        picked = np.asarray(target[index], dtype=object)
+        for pos, g in zip(np.broadcast_to(picked, ins[0].shape).reshape(-1), ins[0].reshape(-1)):
+            cell = np.unravel_index(pos, out.shape)
+            out[cell] = g if out[cell] == "0.0" else em.assign(f"({out[cell]} + {g})")
+        return out
+    raise Unsupported(op)
+
+
+def _matmul(em, a, b, shape):
+    a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape + (1,)) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = np.broadcast_to(a2, batch + a2.shape[-2:])
+    b2 = np.broadcast_to(b2, batch + b2.shape[-2:])
+    out = np.empty(batch + (a2.shape[-2], b2.shape[-1]), dtype=object)
+    for idx in np.ndindex(out.shape):
+        *bi, i, j = idx
+        bi = tuple(bi)
+        terms = [f"{a2[bi + (i, k)]} * {b2[bi + (k, j)]}" for k in range(a2.shape[-1])]
+        out[idx] = em.assign(" + ".join(terms) if terms else "0.0")
+    return out.reshape(shape)
+
+
+def _reduce(em, op, x, axes, keepdims):
+    moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+    kept = moved.shape[:x.ndim - len(axes)]
+    n = math.prod(moved.shape[len(kept):])
+    rows = moved.reshape(kept + (n,))
+    out = np.empty(kept, dtype=object)
+    for idx in np.ndindex(kept):
+        total = " + ".join(rows[idx]) if n else "0.0"
+        out[idx] = em.assign(f"({total}) / {float(n)!r}" if op == "mean" else total)
+    if keepdims:
+        out = np.expand_dims(out, axes)
+    return out
+
+
+def _rowwise(em, op, x, axes, keepdims, shape):
+    (axis,) = axes if len(axes) == 1 else (None,)
+    if axis is None:
+        raise Unsupported(f"{op} over several axes")
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty(moved.shape if op != "logsumexp" else moved.shape[:-1], dtype=object)
+    for idx in np.ndindex(moved.shape[:-1]):
+        row = moved[idx]
+        m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
+        m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
+        exps = [em.assign(f"exp({v} - {m})") for v in row]
+        total = em.assign(" + ".join(exps))
+        if op == "softmax":
+            out[idx] = [em.assign(f"{e} / {total}") for e in exps]
+        elif op == "log_softmax":
+            lse = em.assign(f"log({total}) + {m}")
+            out[idx] = [em.assign(f"{v} - {lse}") for v in row]
+        else:
+            out[idx] = em.assign(f"log({total}) + {m}")
+    if op == "logsumexp":
+        return np.expand_dims(out, axis) if keepdims else out.reshape(shape)
+    return np.moveaxis(out, -1, axis)
+
+
+def _check_label(em, label, classes):
+    # Out-of-range labels make the numpy plan raise its clear error (the caller falls back to it).
+    em.lines.append(f"    if not 0 <= {label} < {classes}: raise IndexError('label out of range')")
+
+
+def _cross_entropy(em, logits, labels):
+    rows = logits.reshape(-1, logits.shape[-1])
+    labels = labels.reshape(-1)
+    terms = []
+    for row, label in zip(rows, labels):
+        _check_label(em, label, len(row))
+        m = em.assign(f"max({', '.join(row)})")
+        total = em.assign(" + ".join(f"exp({v} - {m})" for v in row))
+        picked = em.assign(f"({', '.join(row)},)[{label}]")
+        terms.append(em.assign(f"log({total}) + {m} - {picked}"))
+    return np.array(em.assign(f"({' + '.join(terms)}) / {float(len(terms))!r}"), dtype=object)
