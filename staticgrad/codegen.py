@@ -15,6 +15,7 @@ import numpy as np
 from .ops.registry import REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
 _RESERVED = re.compile(r"^[vcawk]\d+$|^[a-z_0-9]+_\d+$")   # the shapes of generated names
 
 
@@ -64,7 +65,7 @@ class _Names:
         key = ("kernel", op)
         name = self._by_id.get(key)
         if name is None:
-            name = f"{op}_{len(self.namespace)}"
+            name = f"{re.sub(r'[^a-z0-9_]', '_', op.lower())}_{len(self.namespace)}"
             self.namespace[name] = REGISTRY[op].kernel
             self._by_id[key] = name
         return name
@@ -155,4 +156,5 @@ def _output_expr(base, name) -> str:
 def _comment(node) -> str:
     what = f"{node.op} {node.name}" if node.name else node.op
     role = "" if node.role == "forward" else f" [{node.role}]"
-    return f"  # {what}{role} @ {node.source}"
+    # Names and file names are user text: keep them on the comment's line, whatever they contain.
+    return _UNPRINTABLE.sub("?", f"  # {what}{role} @ {node.source}")

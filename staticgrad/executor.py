@@ -289,6 +289,11 @@ class Function:
         return ExecutionError(f"{node.op} (built at {node.source}) failed at run time on inputs of static "
                               f"shapes {inputs}: {type(err).__name__}: {err}")
 
+    def run_batches(self, batches, progress=None, desc=None, name="loss"):
+        """Call this function on every batch (see staticgrad.data.run_batches)."""
+        from .data import run_batches
+        return run_batches(self, batches, progress=progress, desc=desc, name=name)
+
     # ------------------------------------------------------------------ looking inside
     @property
     def source(self) -> str:
