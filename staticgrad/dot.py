@@ -33,9 +33,11 @@ ROLE_TEXT = {"forward": "forward: blue", "backward": "backward (adjoint): orange
 LEAF_SHAPES = {"placeholder": "invhouse", "parameter": "cylinder", "constant": "note"}
 SAVED_EDGE = {"color": "#7030a0", "fontcolor": "#7030a0", "style": "dashed", "penwidth": "1.6"}
 GRAD_EDGE = {"color": "#c0504d", "fontcolor": "#c0504d", "penwidth": "1.4"}
-FLOW_EDGE = {"color": "#c0504d", "fontcolor": "#c0504d", "style": "dashed", "constraint": "false"}
-ASSIGN_EDGE = {"color": "#548235", "style": "bold", "label": "assign", "fontcolor": "#548235",
-               "constraint": "false"}
+# Edges that point against the flow (gradients back to inputs, new values back into parameters) are
+# written in the flow's direction with dir=back, so they never fight the layout (constraint=false would
+# also do, but trips Graphviz bugs and makes big graphs very slow to lay out).
+FLOW_EDGE = {"color": "#c0504d", "fontcolor": "#c0504d", "style": "dashed", "dir": "back"}
+ASSIGN_EDGE = {"color": "#548235", "style": "bold", "label": "assign", "fontcolor": "#548235", "dir": "back"}
 FORMATS = ("svg", "png", "pdf")
 
 
@@ -74,12 +76,30 @@ class Picture:
         return label(node) if node is not None else f"#{i}"
 
     def scope_of(self, node) -> str:
-        """A backward node is drawn in the scope of the forward node whose gradient it computes."""
+        """A backward node is drawn in the scope of the forward node whose gradient it computes, and an
+        update node without a scope of its own in the scope of the parameter it updates."""
         if node.role == "backward" and node.adjoint_of is not None:
             fwd = self.lookup.get(node.adjoint_of)
             if fwd is not None:
                 return fwd.scope or ""
+        if node.role == "update" and not node.scope:
+            return self._update_scopes().get(node.id, "")
         return node.scope or ""
+
+    def _update_scopes(self) -> dict:
+        if getattr(self, "_update_scope_map", None) is None:
+            nodes, found = self.graph.nodes, {}
+            for p, e in self.graph.updates:
+                scope = nodes[p].scope or ""
+                stack = [e]
+                while stack:
+                    i = stack.pop()
+                    if i in found or nodes[i].role != "update":
+                        continue
+                    found[i] = scope
+                    stack.extend(nodes[i].inputs)
+            self._update_scope_map = found
+        return self._update_scope_map
 
 
 def picture_of(target, stage="optimized") -> Picture:
@@ -307,7 +327,7 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
         _add_box(pic, box, info, cluster_for(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
 
     if view == "full":
-        _full_edges(pic, dot, drawn)
+        _full_edges(pic, dot, drawn, boxes)
     else:
         _forward_edges(pic, dot, drawn)
         _flow_edges(pic, dot, drawn)
@@ -345,7 +365,7 @@ def _edge_kind(src, dst):
     return "plain"
 
 
-def _full_edges(pic, dot, drawn):
+def _full_edges(pic, dot, drawn, boxes):
     graph, values = pic.graph, pic.values
     grads = pic.gradient_ids
     merged = {}     # collapsed boxes: (src, dst, kind) -> set of source ids
@@ -375,31 +395,22 @@ def _full_edges(pic, dot, drawn):
         if kind == "saved":
             count = f"{len(ids)} value" + ("s" if len(ids) > 1 else "")
             attrs = dict(SAVED_EDGE, label=f"saved {count}, {_total_size([graph.nodes[i] for i in ids], values)}")
-        elif ids & pic.gradient_ids:
+        elif ids & grads:
             attrs = dict(GRAD_EDGE)
-        _add_edge(dot, a, b, graph.nodes[next(iter(ids))], boxes_role(graph, drawn, b), attrs)
+        dst = graph.nodes[boxes[b]["ids"][0]] if b in boxes else graph.nodes[int(b)]
+        _add_edge(dot, a, b, graph.nodes[next(iter(ids))], dst, attrs)
     for p, e in graph.updates:
         if p in drawn and e in drawn:
-            dot.add_edge(pydot.Edge(drawn[e], drawn[p], **ASSIGN_EDGE))
-
-
-def boxes_role(graph, drawn, name):
-    """A node standing for the DOT name ``name`` (for a collapsed box: any of its nodes)."""
-    for i, d in drawn.items():
-        if d == name:
-            return graph.nodes[i]
-    return None
+            dot.add_edge(pydot.Edge(drawn[p], drawn[e], **ASSIGN_EDGE))
 
 
 def _add_edge(dot, a, b, src, dst, attrs):
-    """Backward edges are laid out against the arrow, so the backward graph runs back beside the forward
-    one and each adjoint lands near its forward node; edges between the parts do not steer the layout."""
+    """Backward edges are laid out against the arrow, so the backward graph runs back up beside the
+    forward one and each adjoint lands level with the forward node it belongs to."""
     if src.role == "backward" and dst.role == "backward":
         dot.add_edge(pydot.Edge(b, a, dir="back", **attrs))
-        return
-    if src.role != dst.role:
-        attrs = dict(attrs, constraint="false")
-    dot.add_edge(pydot.Edge(a, b, **attrs))
+    else:
+        dot.add_edge(pydot.Edge(a, b, **attrs))
 
 
 def _forward_edges(pic, dot, drawn):
@@ -434,7 +445,7 @@ def _flow_edges(pic, dot, drawn):
                     attrs = dict(FLOW_EDGE)
                     if pic.values is not None:
                         attrs["label"] = format_value(pic.values.get(c), max_size=4)
-                    dot.add_edge(pydot.Edge(drawn[step["node"]], drawn[x], **attrs))
+                    dot.add_edge(pydot.Edge(drawn[x], drawn[step["node"]], **attrs))
 
 
 def _legend(pic, view, roles) -> str:
@@ -506,5 +517,6 @@ def render(text, path, fmt):
             "graphviz; Windows: https://graphviz.org/download/) or save as .dot instead")
     done = subprocess.run([program, f"-T{fmt}", "-o", path], input=text.encode("utf-8"), capture_output=True)
     if done.returncode != 0:
-        raise StaticgradError(f"save_dot: Graphviz `dot -T{fmt}` failed on {path!r}: "
-                              f"{done.stderr.decode(errors='replace').strip()}")
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        detail = "\n".join(lines[:5]) + (f"\n... ({len(lines) - 5} more lines)" if len(lines) > 5 else "")
+        raise StaticgradError(f"save_dot: Graphviz `dot -T{fmt}` failed on {path!r}: {detail}")
