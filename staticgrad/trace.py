@@ -269,12 +269,13 @@ def _rows(steps, values, tensors):
     return rows
 
 
-def trace(fn, feeds, file=sys.stdout, digits=6) -> Trace:
+def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     """Run ``fn``'s graph once on ``feeds`` and print its backward sweep(s) as a table, one row per step.
 
     Each row: the forward node, where the user built it, the VJP rule applied, the gradient it received
     (at a fork: each part and the running sum), and the contribution sent to each input. Parameters
-    are not updated. ``file=None`` prints nothing; the returned :class:`Trace` holds the numbers.
+    are not updated. The table goes to ``file`` (default: stdout) unless ``quiet``; the returned
+    :class:`Trace` holds the numbers.
     """
     if not isinstance(fn, Function):
         raise TypeError(f"trace: expected a compiled function (sg.compile), got {type(fn).__name__}")
@@ -293,6 +294,6 @@ def trace(fn, feeds, file=sys.stdout, digits=6) -> Trace:
                       + (f"  (y built at {y.source})" if y is not None else ""))
         sweeps.append(_rows(steps, values, tensors))
     result = Trace(sweeps, titles, digits)
-    if file is not None:
-        print(result.table(), file=file)
+    if not quiet:
+        print(result.table(), file=file if file is not None else sys.stdout)
     return result

@@ -1,0 +1,345 @@
+"""DOT pictures: rendered with Graphviz and read back (nodes, clusters, styles, labels, edges, tooltips)."""
+import os
+import shutil
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pydot
+import pytest
+
+import staticgrad as sg
+from staticgrad import cli
+from staticgrad.diffdot import diff_dot
+from staticgrad.dot import GraphvizNotFound, save_dot, to_dot
+from staticgrad.graph import Graph, Node
+from staticgrad.passes import PASSES
+from staticgrad.passes.stats import PassStats
+from staticgrad.tensor import format_shape
+
+needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+SVG, XLINK = "{http://www.w3.org/2000/svg}", "{http://www.w3.org/1999/xlink}"
+SHAPES = (SVG + "polygon", SVG + "path", SVG + "ellipse")
+
+
+def network():
+    """Worked example 3 (2-3-2-1 sigmoid network, 20 parameters) in matrix form, one name scope a layer."""
+    x = sg.placeholder((None, 2), name="x")
+    target = sg.placeholder((None,), name="target")
+    with sg.name_scope("layer1"):
+        W = sg.parameter([[.3, .4, .8], [.6, .7, .1]], name="W")
+        b1 = sg.parameter([.2, .5, .9], name="b1")
+        h = sg.sigmoid(x @ W + b1)
+    with sg.name_scope("layer2"):
+        U = sg.parameter([[.7, .5], [.2, .4], [.8, .9]], name="U")
+        d = sg.parameter([.2, .5], name="d")
+        g = sg.sigmoid(h @ U + d)
+    with sg.name_scope("output"):
+        v = sg.parameter([.6, .8], name="v")
+        b = sg.parameter(.3, name="b")
+        yhat = g @ v + b
+    loss = sg.mean((yhat - target) ** 2)
+    loss.name = "L"
+    params = [W, b1, U, d, v, b]
+    return dict(x=x, target=target, h=h, g=g, loss=loss, params=params)
+
+
+def svg_parts(path):
+    """(nodes by DOT name, cluster titles, edges) of a Graphviz SVG file."""
+    root = ET.parse(path).getroot()
+    nodes, clusters, edges = {}, [], []
+    for g in root.iter(SVG + "g"):
+        kind, title = g.get("class"), g.find(SVG + "title")
+        text = " ".join(t.text or "" for t in g.iter(SVG + "text"))
+        shape = next((e for e in g.iter() if e.tag in SHAPES and e.get("fill") not in (None, "none")), None)
+        link = next(g.iter(SVG + "a"), None)
+        if kind == "node":
+            nodes[title.text] = {"fill": shape.get("fill"), "dashed": shape.get("stroke-dasharray") is not None,
+                                 "text": text, "tooltip": link.get(XLINK + "title") if link is not None else ""}
+        elif kind == "cluster":
+            clusters.append(text)
+        elif kind == "edge":
+            path_el = next(g.iter(SVG + "path"))
+            edges.append({"title": title.text, "text": text, "stroke": path_el.get("stroke")})
+    return nodes, clusters, edges
+
+
+def dot_nodes(dot):
+    """{name: pydot.Node} over every subgraph (iteratively)."""
+    found, stack = {}, [dot]
+    while stack:
+        graph = stack.pop()
+        for node in graph.get_node_list():
+            if node.get_name() not in ("node", "edge", "graph"):
+                found[node.get_name()] = node
+        stack.extend(graph.get_subgraph_list())
+    return found
+
+
+def effective_scope(fn, i, data):
+    if data["role"] == "backward" and data["adjoint_of"] is not None:
+        return fn._unoptimized.nodes[data["adjoint_of"]].scope
+    return data["scope"]
+
+
+def expected_clusters(fn):
+    clusters = set()
+    for i, data in fn.graph.nodes(data=True):
+        clusters.add((data["role"], ""))
+        parts = effective_scope(fn, i, data).split("/") if effective_scope(fn, i, data) else []
+        for k in range(1, len(parts) + 1):
+            clusters.add((data["role"], "/".join(parts[:k])))
+    return clusters
+
+
+@pytest.fixture
+def compiled():
+    net = network()
+    grads = sg.grad(net["loss"], net["params"])
+    fn = sg.compile([net["loss"]] + grads, inputs=[net["x"], net["target"]])
+    return net, grads, fn
+
+
+@needs_graphviz
+def test_rendered_svg_matches_the_graph(compiled, tmp_path):
+    net, grads, fn = compiled
+    path = save_dot(fn, tmp_path / "net.svg")
+    nodes, clusters, edges = svg_parts(path)
+    assert set(nodes) == {str(i) for i in fn.graph.nodes}
+    assert len(clusters) == len(expected_clusters(fn))
+    assert {"layer1", "layer2", "output", "forward", "backward"} <= set(clusters)
+    for i, data in fn.graph.nodes(data=True):
+        assert format_shape(data["shape"]) in nodes[str(i)]["text"], data
+        assert str(data["dtype"]) in nodes[str(i)]["text"]
+    fills = {role: {nodes[str(i)]["fill"] for i, d in fn.graph.nodes(data=True) if d["role"] == role}
+             for role in ("forward", "backward")}
+    assert len(fills["forward"]) == 1 and len(fills["backward"]) == 1 and fills["forward"] != fills["backward"]
+    roles = {str(i): d["role"] for i, d in fn.graph.nodes(data=True)}
+    assert all(nodes[n]["dashed"] == (roles[n] == "backward") for n in nodes)
+    # every input slot is one edge
+    assert len(edges) == sum(len(d["slots"]) for _, _, d in fn.graph.edges(data=True))
+
+
+@needs_graphviz
+def test_saved_values_are_drawn_with_their_size(compiled, tmp_path):
+    net, grads, fn = compiled
+    _, _, edges = svg_parts(save_dot(fn, tmp_path / "net.svg"))
+    saved = [e for e in edges if "saved" in e["text"]]
+    g = fn.graph
+    expected = sum(len(d["slots"]) for a, b, d in g.edges(data=True)
+                   if g.nodes[a]["role"] == "forward" and g.nodes[a]["op"] != "constant"
+                   and g.nodes[b]["role"] == "backward")
+    assert expected > 0 and len(saved) == expected
+    assert len({e["stroke"] for e in saved}) == 1 and saved[0]["stroke"] not in {e["stroke"] for e in edges
+                                                                                 if "saved" not in e["text"]}
+    U = net["params"][2]
+    assert any(e["text"] == "saved 48 B" and e["title"].startswith(f"{U.id}->") for e in edges)   # (3, 2) float64
+    assert any("× ? (unknown dims)" in e["text"] for e in saved)      # h is (None, 3): size per row only
+
+
+@needs_graphviz
+def test_outputs_gradients_and_provenance_are_shown(compiled, tmp_path):
+    net, grads, fn = compiled
+    nodes, _, _ = svg_parts(save_dot(fn, tmp_path / "net.svg"))
+    loss_id, gW_id = fn.ir.outputs[0], fn.ir.outputs[1]
+    assert "output 0" in nodes[str(loss_id)]["text"]
+    assert "output 1" in nodes[str(gW_id)]["text"] and "gradient dL/dW" in nodes[str(gW_id)]["text"]
+    h = nodes[str(net["h"].id)]
+    assert f"built at {net['h'].source}" in h["tooltip"] and "test_dot.py:" in h["tooltip"]
+    assert "name scope: layer1" in h["tooltip"]
+    sigmoid_vjp = [i for i, d in fn.graph.nodes(data=True) if d["adjoint_of"] == net["h"].id and d["rule"] == "sigmoid"]
+    assert sigmoid_vjp
+    tip = nodes[str(sigmoid_vjp[0])]["tooltip"]
+    assert "adjoint of sigmoid#" in tip and "VJP rule: sigmoid" in tip and net["h"].source in tip
+
+
+def test_targets_and_stages(compiled):
+    net, grads, fn = compiled
+    one = to_dot(net["loss"])
+    assert isinstance(one, pydot.Dot)
+    from staticgrad.graph import ancestors
+    assert len(dot_nodes(one)) == len(ancestors([net["loss"]]))
+    both = to_dot([net["loss"], grads[0]])
+    names = {sub.get_name() for sub in both.get_subgraph_list()}
+    assert {"cluster_forward", "cluster_backward"} <= names
+    assert len(dot_nodes(to_dot(fn, stage="unoptimized"))) == len(fn._unoptimized.nodes)
+    assert len(dot_nodes(fn.to_dot(stage="optimized"))) == fn.graph.number_of_nodes()
+    with pytest.raises(ValueError, match="stage"):
+        to_dot(fn, stage="final")
+    with pytest.raises(TypeError, match="tensor"):
+        to_dot([1, 2])
+
+
+def test_update_nodes_get_their_own_cluster_and_assign_edges():
+    net = network()
+    grads = sg.grad(net["loss"], net["params"])
+    step = sg.compile(net["loss"], inputs=[net["x"], net["target"]],
+                      updates=[(p, p - 0.1 * g) for p, g in zip(net["params"], grads)])
+    dot = to_dot(step, scopes=False)
+    clusters = {sub.get_name(): sub for sub in dot.get_subgraph_list()}
+    assert set(clusters) == {"cluster_forward", "cluster_backward", "cluster_update"}
+    updates = {n.get_name() for n in clusters["cluster_update"].get_node_list()}
+    assert updates == {str(i) for i, d in step.graph.nodes(data=True) if d["role"] == "update"}
+    assign = [e for e in dot.get_edge_list() if e.get("label") == "assign"]
+    assert len(assign) == len(net["params"])
+
+
+def test_collapse_draws_name_scopes_as_boxes(compiled):
+    net, grads, fn = compiled
+    everything = dot_nodes(to_dot(fn, collapse=True))
+    loose = [i for i, d in fn.graph.nodes(data=True) if not effective_scope(fn, i, d)]
+    groups = {(d["role"], effective_scope(fn, i, d)) for i, d in fn.graph.nodes(data=True) if effective_scope(fn, i, d)}
+    assert len(everything) == len(loose) + len(groups)
+    assert {"scope_forward_layer1", "scope_backward_layer1", "scope_forward_layer2"} <= set(everything)
+    box = everything["scope_forward_layer1"].get("label")
+    assert "5 nodes: 1 matmul, 1 add, 1 sigmoid" in box and "W (2, 3), b1 (3,)" in box
+    only = dot_nodes(to_dot(fn, collapse=["layer1"]))
+    assert "scope_forward_layer1" in only and "scope_forward_layer2" not in only
+    assert str(net["g"].id) in only and str(net["h"].id) not in only
+
+
+def test_around_draws_a_neighbourhood(compiled):
+    net, grads, fn = compiled
+    h = net["h"].id
+    near = set(dot_nodes(to_dot(fn, around=net["h"], depth=1)))
+    expected = {h} | set(fn.graph.predecessors(h)) | set(fn.graph.successors(h))
+    assert near == {str(i) for i in expected}
+    assert len(dot_nodes(to_dot(fn, around=h, depth=2))) > len(near)
+    folded = next(i for i in fn._unoptimized.nodes if i not in fn.ir.nodes)
+    with pytest.raises(ValueError, match="stage='unoptimized'"):
+        to_dot(fn, around=folded)
+    assert str(folded) in dot_nodes(to_dot(fn, stage="unoptimized", around=folded, depth=1))
+
+
+def example1():
+    u = sg.placeholder((), name="u", requires_grad=True)
+    v = sg.placeholder((), name="v", requires_grad=True)
+    t1 = u * u
+    t2 = t1 * u
+    t4 = u * v
+    t6 = v * v
+    y = 2 * t2 + 3 * t4 + 4 * t6 + 5
+    return u, v, t1, y
+
+
+def _label(node):
+    return node.get("label") or ""
+
+
+def test_values_and_gradient_flow_on_the_picture():
+    u, v, t1, y = example1()
+    gu, gv = sg.grad(y, [u, v])
+    fn = sg.compile([y, gu, gv], inputs=[u, v])
+    flow = to_dot(fn, feeds=(5.0, 7.0), view="flow")
+    nodes = dot_nodes(flow)
+    assert all(fn.graph.nodes[int(n)]["role"] == "forward" for n in nodes)
+    assert "= 5" in _label(nodes[str(u.id)]) and "grad 171" in _label(nodes[str(u.id)])
+    assert "= 556" in _label(nodes[str(y.id)])
+    into_u = [e for e in flow.get_edge_list() if e.get("dir") == "back" and e.get_source() == str(u.id)]
+    assert sorted(float(e.get("label").strip('"')) for e in into_u) == [21, 50, 50, 50]
+    into_v = [e for e in flow.get_edge_list() if e.get("dir") == "back" and e.get_source() == str(v.id)]
+    assert sorted(float(e.get("label").strip('"')) for e in into_v) == [15, 28, 28]
+    full = to_dot(fn, feeds={"u": 5.0, "v": 7.0})
+    labels = {n: _label(node) for n, node in dot_nodes(full).items()}
+    assert "= 171" in labels[str(fn.ir.outputs[1])] and "= 71" in labels[str(fn.ir.outputs[2])]
+    grad_edges = [e for e in full.get_edge_list() if e.get("label") and "saved" not in e.get("label")
+                  and e.get("label") != "assign"]
+    assert grad_edges and {"50", "21"} <= {e.get("label").strip('"') for e in grad_edges}
+
+
+def test_values_of_a_tensor_picture_and_parameters_untouched():
+    w = sg.parameter([1.0, 2.0], name="w")
+    x = sg.placeholder((None, 2), name="x")
+    y = sg.sum(x * w)
+    dot = to_dot(y, feeds={x: np.ones((3, 2))})
+    assert "= 9" in _label(dot_nodes(dot)[str(y.id)])
+    step = sg.compile(y, inputs=[x], updates=[(w, w - sg.grad(y, w))])
+    to_dot(step, feeds=[np.ones((3, 2))])
+    assert w.value.tolist() == [1.0, 2.0]
+    with pytest.raises(sg.FeedError, match="'x'"):
+        to_dot(step, feeds={})
+
+
+@needs_graphviz
+def test_save_dot_writes_each_format(compiled, tmp_path):
+    _, _, fn = compiled
+    text = open(save_dot(fn, tmp_path / "g.dot")).read()
+    assert text.startswith("digraph") and "cluster_backward" in text
+    assert open(save_dot(fn, tmp_path / "g.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert open(save_dot(fn, tmp_path / "g.pdf"), "rb").read(5) == b"%PDF-"
+    assert "<svg" in open(save_dot(to_dot(fn), str(tmp_path / "g.svg"))).read()
+    with pytest.raises(ValueError, match=".jpeg"):
+        save_dot(fn, tmp_path / "g.jpeg")
+
+
+def test_missing_graphviz_is_named_with_how_to_install(compiled, tmp_path, monkeypatch):
+    _, _, fn = compiled
+    monkeypatch.setattr("staticgrad.dot.shutil.which", lambda name: None)
+    assert os.path.exists(save_dot(fn, tmp_path / "g.dot"))
+    with pytest.raises(GraphvizNotFound, match="Graphviz's `dot`.*apt-get install graphviz") as err:
+        save_dot(fn, tmp_path / "g.svg")
+    assert isinstance(err.value, ValueError)
+
+
+def _double_to_add(graph):
+    """A test pass: 2 * x becomes x + x (a new node), so diff_dot has something added to show."""
+    changed = 0
+
+    def visit(new, node):
+        nonlocal changed
+        if node.op == "mul" and node.role == "forward":
+            a = new.nodes[node.inputs[0]]
+            if a.op == "constant" and a.value is not None and a.value.shape == () and float(a.value) == 2:
+                changed += 1
+                x = node.inputs[1]
+                return new.add(Node("add", [x, x], shape=node.shape, dtype=node.dtype, role=node.role))
+        return node.id
+
+    return graph.rebuild(visit), PassStats("double_to_add", changed=changed)
+
+
+def test_diff_dot_marks_what_each_pass_did():
+    u, v, t1, y = example1()
+    gu = sg.grad(y, u)
+    fn = sg.compile([y, gu], inputs=[u, v], passes=[PASSES["constant_fold"], _double_to_add, PASSES["dce"]])
+    rows = {r["pass"]: r for r in fn._rows}
+    assert rows["double_to_add"]["added_ids"] and rows["dce"]["removed_ids"] and rows["constant_fold"]["replaced_ids"]
+    dot = diff_dot(fn)
+    nodes = dot_nodes(dot)
+    added = [i for i in fn.ir.nodes if i not in fn._unoptimized.nodes]
+    assert len(nodes) == len(fn._unoptimized.nodes) + len(added)
+    for i in added:
+        assert "added by double_to_add" in _label(nodes[str(i)])
+    for i in rows["dce"]["removed_ids"]:
+        assert "removed by dce" in _label(nodes[str(i)])
+    for i in rows["constant_fold"]["replaced_ids"]:
+        assert "replaced by constant_fold" in _label(nodes[str(i)])
+    styles = {_style(nodes[str(i)]) for i in rows["dce"]["removed_ids"]}
+    assert styles and styles.isdisjoint({_style(nodes[str(i)]) for i in added})
+    assert "double_to_add: 1 removed, 1 added" in dot.get_label()      # the mul went, an add came
+
+
+def _style(node):
+    return (node.get("fillcolor"), node.get("color"), node.get("style"))
+
+
+@needs_graphviz
+def test_cli_renders_every_function_a_script_compiles(tmp_path, capsys):
+    script = tmp_path / "tiny.py"
+    script.write_text(
+        "import numpy as np\nimport staticgrad as sg\n"
+        "x = sg.placeholder((None, 2), name='x')\nw = sg.parameter(np.ones(2), name='w')\n"
+        "def make():\n"
+        "    loss = sg.mean((x @ w) ** 2)\n"
+        "    return sg.compile(loss, inputs=[x], updates=[(w, w - 0.1 * sg.grad(loss, w))])\n"
+        "step = make()\npredict = sg.compile(x @ w, inputs=[x])\n")
+    original = sg.Function.__init__
+    out = tmp_path / "pictures"
+    assert cli.main(["dot", str(script), "--out", str(out)]) == 0
+    assert sg.Function.__init__ is original
+    assert sorted(os.listdir(out)) == ["tiny_1.dot", "tiny_1.svg", "tiny_2.dot", "tiny_2.svg"]
+    nodes, clusters, _ = svg_parts(out / "tiny_1.svg")
+    assert {"forward", "backward", "update"} <= set(clusters)
+    printed = capsys.readouterr().out
+    assert "compiled at tiny.py:7" in printed and "compiled at tiny.py:9" in printed
+    assert cli.main(["dot", str(script), "--out", str(out), "--stage", "all", "--format", "dot"]) == 0
+    assert "tiny_2_diff.dot" in os.listdir(out)

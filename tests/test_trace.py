@@ -1,0 +1,170 @@
+"""trace(fn, feeds): the backward sweep as a table, checked against worked examples 1 and 3 by hand."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.trace import evaluate, format_value, trace
+
+
+def example1():
+    """y = 2u³ + 3uv + 4v² + 5, one op per line, as in shared/WORKED_EXAMPLES.md."""
+    u = sg.placeholder((), name="u", requires_grad=True)
+    v = sg.placeholder((), name="v", requires_grad=True)
+    t1 = u * u
+    t2 = t1 * u
+    t3 = 2 * t2
+    t4 = u * v
+    t5 = 3 * t4
+    t6 = v * v
+    t7 = 4 * t6
+    y = t3 + t5 + t7 + 5
+    names = dict(u=u, v=v, t1=t1, t2=t2, t3=t3, t4=t4, t5=t5, t6=t6, t7=t7, y=y)
+    for name, t in names.items():
+        t.name = name
+    return names
+
+
+def example3_units():
+    """The 2-3-2-1 sigmoid network written unit by unit over the batch, so that h1 is a visible fork."""
+    x1 = sg.placeholder((None,), name="x1")
+    x2 = sg.placeholder((None,), name="x2")
+    target = sg.placeholder((None,), name="target")
+    p = {k: sg.parameter(v, name=k) for k, v in dict(
+        w11=.3, w12=.6, b1=.2, w21=.4, w22=.7, b2=.5, w31=.8, w32=.1, b3=.9, u11=.7, u12=.2, u13=.8, d1=.2,
+        u21=.5, u22=.4, u23=.9, d2=.5, v1=.6, v2=.8, b=.3).items()}
+    h1 = sg.sigmoid(p["w11"] * x1 + p["w12"] * x2 + p["b1"])
+    h2 = sg.sigmoid(p["w21"] * x1 + p["w22"] * x2 + p["b2"])
+    h3 = sg.sigmoid(p["w31"] * x1 + p["w32"] * x2 + p["b3"])
+    g1 = sg.sigmoid(p["u11"] * h1 + p["u12"] * h2 + p["u13"] * h3 + p["d1"])
+    g2 = sg.sigmoid(p["u21"] * h1 + p["u22"] * h2 + p["u23"] * h3 + p["d2"])
+    yhat = p["v1"] * g1 + p["v2"] * g2 + p["b"]
+    loss = sg.mean((yhat - target) ** 2)
+    h1.name, loss.name = "h1", "L"
+    return x1, x2, target, p, h1, loss
+
+
+FEEDS3 = {"x1": [3.0, 0.5], "x2": [2.0, 1.2], "target": [1.5, 0.9]}
+
+
+def test_example1_forks_sum_what_each_use_sends(capsys):
+    t = example1()
+    gu, gv = sg.grad(t["y"], [t["u"], t["v"]])
+    fn = sg.compile([t["y"], gu, gv], inputs=[t["u"], t["v"]])
+    result = trace(fn, (5.0, 7.0))
+    u_row = result.row(t["u"])
+    # u receives 50+50 from u*u, 50 from t1*u and 21 from u*v; the running sums end at 171.
+    assert sorted(float(p) for p in u_row["parts"]) == [21, 50, 50, 50]
+    assert [float(r) for r in u_row["running"]] == list(np.cumsum([float(p) for p in u_row["parts"]]))
+    assert float(u_row["running"][-1]) == 171 and float(u_row["gradient"]) == 171
+    v_row = result.row(t["v"])
+    assert sorted(float(p) for p in v_row["parts"]) == [15, 28, 28]
+    assert float(v_row["gradient"]) == 71
+    # add passes the gradient on unchanged; mul sends it times the other factor.
+    add_row = result.row(t["y"])
+    assert add_row["rule"] == "vjp add"
+    assert all(float(s["value"]) == float(add_row["gradient"]) for s in add_row["sends"])
+    t2_row = result.row(t["t2"])        # t2 = t1 * u receives 2 (from 2*t2)
+    assert float(t2_row["gradient"]) == 2
+    sent = {s["label"]: float(s["value"]) for s in t2_row["sends"]}
+    assert sent == {"t1": 2 * 5.0, "u": 2 * 25.0}
+    assert u_row["rule"] == "leaf"
+    printed = capsys.readouterr().out
+    assert "fork: " in printed and "=171" in printed and "t1 <- 10" in printed
+    assert printed.strip() == str(result)
+    # the numbers agree with what the compiled function returns
+    assert fn(5.0, 7.0)[1] == 171
+
+
+def test_example3_fork_at_h1_and_batch_sums():
+    x1, x2, target, p, h1, loss = example3_units()
+    grads = sg.grad(loss, list(p.values()))
+    fn = sg.compile([loss] + grads, inputs=[x1, x2, target])
+    result = trace(fn, FEEDS3, quiet=True)
+    assert float(result.row(loss)["gradient"]) == 1
+    # h1 forks into both second-layer units: sample 1 gets 0.00184 + 0.00129 = 0.003131
+    row = result.row(h1)
+    assert len(row["parts"]) == 2
+    sample1 = sorted(float(part[0]) for part in row["parts"])
+    assert sample1 == pytest.approx([0.00129, 0.00184], abs=5e-6)
+    assert float(row["running"][-1][0]) == pytest.approx(0.003131, abs=5e-7)
+    # dL/dw11: 0.00078 from sample 1 plus 0.00595 from sample 2, summed back to the scalar w11
+    w11 = result.row(p["w11"])
+    assert float(w11["gradient"]) == pytest.approx(0.006731, abs=5e-7)
+    send = next(s for r in result.rows for s in r["sends"] if s["to"] == p["w11"].id)
+    assert np.asarray(send["elements"]) == pytest.approx([0.00078, 0.00595], abs=5e-6)
+    assert float(result.row(p["b"])["gradient"]) == pytest.approx(0.627673, abs=5e-7)
+    outputs = fn(FEEDS3)
+    assert outputs[0] == pytest.approx(0.175595, abs=5e-7)
+    for param, g in zip(p.values(), outputs[1:]):
+        assert float(result.row(param)["gradient"]) == pytest.approx(float(g), rel=1e-12)
+
+
+def test_example3_in_matrix_form():
+    x = sg.placeholder((None, 2), name="x")
+    target = sg.placeholder((None,), name="target")
+    W = sg.parameter([[.3, .6], [.4, .7], [.8, .1]], name="W")
+    b1 = sg.parameter([.2, .5, .9], name="b1")
+    h = sg.sigmoid(x @ W.T + b1)
+    U = sg.parameter([[.7, .2, .8], [.5, .4, .9]], name="U")
+    g = sg.sigmoid(h @ U.T + sg.parameter([.2, .5], name="d"))
+    b = sg.parameter(.3, name="b")
+    loss = sg.mean((g @ sg.parameter([.6, .8], name="v") + b - target) ** 2)
+    gW, gb = sg.grad(loss, [W, b])
+    fn = sg.compile([gW, gb], inputs=[x, target])
+    result = trace(fn, {"x": [[3.0, 2.0], [0.5, 1.2]], "target": [1.5, 0.9]}, quiet=True)
+    assert result.row(h)["gradient"][0, 0] == pytest.approx(0.003131, abs=5e-7)
+    assert result.row(W)["gradient"][0, 0] == pytest.approx(0.006731, abs=5e-7)
+    b_send = next(s for r in result.rows for s in r["sends"] if s["to"] == b.id)
+    assert float(b_send["value"]) == pytest.approx(0.627673, abs=5e-7)
+    assert np.asarray(b_send["elements"]) == pytest.approx([0.0362, 0.5915], abs=5e-5)
+
+
+def test_trace_leaves_parameters_alone_and_needs_gradients():
+    w = sg.parameter(2.0, name="w")
+    x = sg.placeholder((), name="x")
+    loss = (w * x) ** 2
+    gw = sg.grad(loss, w)
+    step = sg.compile(loss, inputs=[x], updates=[(w, w - 0.1 * gw)])
+    result = trace(step, [3.0], quiet=True)
+    assert float(result.row(w)["gradient"]) == 2 * 2.0 * 9.0
+    assert w.value == 2.0
+    with pytest.raises(ValueError, match="no gradient"):
+        trace(sg.compile(loss, inputs=[x]), [3.0], quiet=True)
+    with pytest.raises(sg.FeedError, match="'x'"):
+        trace(step, {}, quiet=True)
+    with pytest.raises(TypeError, match="compiled function"):
+        trace(loss, [3.0])
+
+
+def test_values_not_computed_by_the_function_are_marked():
+    t = example1()
+    gu, gv = sg.grad(t["y"], [t["u"], t["v"]])
+    fn = sg.compile(gu, inputs=[t["u"], t["v"]])     # gv's contributions are not part of this function
+    result = trace(fn, (5.0, 7.0), quiet=True)
+    assert float(result.row(t["u"])["gradient"]) == 171
+    assert result.row(t["v"])["gradient"] is None
+    assert "not computed by this function" in result.table()
+
+
+def test_second_order_gives_one_sweep_per_grad_call():
+    x = sg.placeholder((), name="x", requires_grad=True)
+    y = x ** 3
+    dy = sg.grad(y, x)
+    d2y = sg.grad(dy, x)
+    fn = sg.compile([dy, d2y], inputs=[x])
+    result = trace(fn, [2.0], quiet=True)
+    assert len(result.sweeps) == 2
+    assert float(result.row(x, sweep=0)["gradient"]) == 12.0
+    assert float(result.row(x, sweep=1)["gradient"]) == 12.0       # 6x at x=2
+    assert "2 sweep(s)" in repr(result)
+
+
+def test_evaluate_and_format_value():
+    t = example1()
+    fn = sg.compile(t["y"], inputs=[t["u"], t["v"]])
+    values = evaluate(fn.ir, {t["u"].id: np.array(5.0), t["v"].id: np.array(7.0)})
+    assert values[fn.ir.outputs[0]] == 556
+    assert evaluate(fn.ir, {t["u"].id: np.array(5.0)})[fn.ir.outputs[0]] is None    # v not fed
+    assert format_value(np.array([1.0, 2.5])) == "[1, 2.5]"
+    assert format_value(np.array([[1.0, 2.0], [3.0, 4.0]])) == "[[1, 2], [3, 4]]"
+    assert format_value(np.arange(100.0)).startswith("(100,) float64 mean 49.5 min 0 max 99")
