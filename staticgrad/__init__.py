@@ -6,6 +6,8 @@ Describe a computation once over placeholders and parameters, get its gradients 
 from . import ops
 from .autodiff import grad
 from .compiler import compile
+from .diffdot import diff_dot
+from .dot import GraphvizNotFound, save_dot, to_dot
 from .executor import ExecutionError, Function, Report
 from .io import LoadError, load, load_parameters, save, save_parameters
 from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p, log_softmax, logsumexp, matmul,
@@ -14,6 +16,7 @@ from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p,
                   transpose, where)
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
+from .trace import Trace, trace
 from . import data, nn, optim
 
 __version__ = "0.1.0"
@@ -26,4 +29,5 @@ __all__ = [
     "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
     "softmax_cross_entropy", "stop_gradient",
     "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data",
+    "to_dot", "save_dot", "diff_dot", "trace", "Trace", "GraphvizNotFound",
 ]
