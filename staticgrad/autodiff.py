@@ -11,15 +11,23 @@ from . import ops
 from . import stable
 from .graph import to_digraph
 from .rewrite import rewrite_tensors
-from .ops.registry import REGISTRY
+from .ops.registry import ELEMENTWISE, REGISTRY, apply
 from .tensor import GradError, Tensor, building, format_shape, user_frame
 
 
-def sum_to_shape(g: Tensor, x: Tensor) -> Tensor:
+def sum_to_shape(g: Tensor, x: Tensor, siblings=()) -> Tensor:
     """Undo broadcasting: sum ``g`` over the axes along which ``x`` was stretched to ``g``'s shape.
 
-    Decided on static shapes, as PyTensor does: an unknown size is taken as not stretched.
+    Decided on static shapes where they settle it. Where ``x`` has an unknown size that a sibling input
+    of the same op could have stretched (the sibling's size there is not 1), only the run-time shapes
+    can tell, and a ``sum_like`` node decides when the function runs (each plan turns it into a plain
+    sum or into nothing, so it costs nothing per call).
     """
+    if _maybe_stretched(g, x, siblings):
+        g = apply("sum_like", (g, x))
+        if g.dtype != x.dtype and x.dtype.kind in "fc":
+            g = ops.cast(g, x.dtype)
+        return g
     extra = g.ndim - x.ndim
     lead = tuple(range(extra))
     if lead:
@@ -30,6 +38,20 @@ def sum_to_shape(g: Tensor, x: Tensor) -> Tensor:
     if g.dtype != x.dtype and x.dtype.kind in "fc":
         g = ops.cast(g, x.dtype)
     return g
+
+
+def _maybe_stretched(g, x, siblings):
+    for a, d in enumerate(x.shape):
+        if d is not None:
+            continue
+        ga = g.shape[g.ndim - x.ndim + a]
+        if ga == 1:
+            continue
+        for s in siblings:
+            k = s.ndim - x.ndim + a
+            if s is not x and 0 <= k < s.ndim and s.shape[k] != 1 and g.ndim - x.ndim + a >= 0:
+                return True
+    return False
 
 
 def _check_wrt(wrt, source):
@@ -130,7 +152,8 @@ def _reverse_sweep_plain(y, wrt, seed):
             for x, gx, need in zip(node.inputs, grads, needed):
                 if gx is None or not need:
                     continue
-                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x)
+                siblings = node.inputs if REGISTRY[node.op].has(ELEMENTWISE) or node.op == "matmul" else ()
+                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x, siblings)
                 step["sends"].append((x.id, contribution.id))
                 if x.id not in contributions:
                     contributions[x.id] = (contribution, [contribution])

@@ -132,7 +132,15 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
         if dead:
             lines.append(f"    del {', '.join(dead)}")
 
-    outs = ", ".join(_output_expr(_storage(nodes, o), names[o]) for o in graph.outputs)
+    outs, returned = [], set()
+    for o in graph.outputs:
+        base = _storage(nodes, o)
+        # Each output is the caller's own array: never a feed, a parameter or a constant we hold, nor
+        # memory already handed out as another output (passes may merge outputs or drop copies).
+        fresh = base.op not in ("constant", "parameter", "placeholder") and base.id not in returned
+        outs.append(names[o] if fresh else f"np.array({names[o]})")
+        returned.add(base.id)
+    outs = ", ".join(outs)
     ups = ", ".join(names[e] for _, e in graph.updates)
     lines.append(f"    return [{outs}], [{ups}]")
     return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory)
@@ -144,13 +152,6 @@ def _storage(nodes, i):
     while node.inputs and REGISTRY[node.op].has(VIEW):
         node = nodes[node.inputs[0]]
     return node
-
-
-def _output_expr(base, name) -> str:
-    # Never hand the caller an array we hold on to (a constant, a parameter's value) or a view of one.
-    if base.op in ("constant", "parameter"):
-        return f"np.array({name})"
-    return name
 
 
 def _comment(node) -> str:

@@ -165,6 +165,11 @@ def specialize(graph, order, shapes):
             node = node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape)
         elif op == "getitem_grad" and len(node.inputs) > 1:
             node = node.copy(inputs=node.inputs[:1], attrs={"index": node.attrs["index"], "shape": tuple(shape)})
+        elif op == "sum_like":
+            from .ops.reduce import unstretched_axes
+            lead, kept = unstretched_axes(shapes[node.inputs[0]], shapes[node.inputs[1]])
+            if not lead and not kept:    # nothing was stretched at these sizes: the gradient passes as is
+                node = node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
         elif op == "split":
             axis, part = node.attrs["axis"], node.attrs["part"]
             refs = node.inputs[1:]

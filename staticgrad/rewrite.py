@@ -22,12 +22,13 @@ class IRRewriter:
     node that a rule (which only looks at a node and its inputs) could still change: a fixed point.
     """
 
-    def __init__(self, graph: Graph, rules=None):
+    def __init__(self, graph: Graph, rules=None, budget=None):
         self.graph = graph
         self.rules = rules or {}
         self.template = None
         self.fired = 0
         self._depth = 0
+        self.budget = budget if budget is not None else [1 << 30]   # rule firings left (shared, mutable)
 
     def inputs(self, n):
         return [self.graph.nodes[i] for i in n.inputs]
@@ -42,7 +43,7 @@ class IRRewriter:
         node = Node(op, [x.id for x in inputs], attrs, shape, dtype, role=t.role, source=t.source, scope=t.scope,
                     adjoint_of=t.adjoint_of, rule=t.rule, requires_grad=any(x.requires_grad for x in inputs))
         self.graph.add(node)
-        if node.op in self.rules and self._depth < 8:
+        if node.op in self.rules and self._depth < 8 and self.budget[0] > 0:
             self._depth += 1
             template = self.template
             try:
@@ -130,12 +131,15 @@ def same_type(a, b) -> bool:
 def apply_rules(rw, node, rules, limit=16):
     """Rewrite ``node`` with the first matching rule, and its result again, until none matches."""
     current, fired = node, 0
-    while fired < limit:
+    budget = getattr(rw, "budget", None)
+    while fired < limit and (budget is None or budget[0] > 0):
         for rule in rules.get(current.op, ()):
             rw.template = node
             result = rule(rw, current)
             if result is not None and result is not current:
                 current, fired = result, fired + 1
+                if budget is not None:
+                    budget[0] -= 1
                 break
         else:
             break
@@ -149,12 +153,14 @@ def rewrite_graph(graph: Graph, rules: dict):
     rules that only inspect a node and its inputs the result is a fixed point.
     """
     fired_total = 0
+    # Rules that undo each other would never settle: bound the work, and then say no fixed point.
+    budget = [8 * len(graph.nodes) + 64]
 
     def visit(new, node):
         nonlocal fired_total
-        if node.op not in rules:
+        if node.op not in rules or budget[0] <= 0:
             return node.id
-        rw = IRRewriter(new, rules)
+        rw = IRRewriter(new, rules, budget)
         result, fired = apply_rules(rw, node, rules)
         fired_total += fired + rw.fired
         return result.id
@@ -162,7 +168,7 @@ def rewrite_graph(graph: Graph, rules: dict):
     graph = graph.rebuild(visit)
     if fired_total:
         graph = graph.without_dead()
-    return graph, fired_total, True
+    return graph, fired_total, budget[0] > 0
 
 
 def rewrite_tensors(order, rules, keep=()):

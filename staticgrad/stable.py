@@ -24,19 +24,21 @@ def _negated(rw, n):
 
 
 def _one_minus(rw, n):
-    """``s`` if ``n`` computes 1 - s (sub, or 1 + -s in either order), else None."""
+    """(s, layers) if ``n`` computes 1 - L(s) for layout ops L (sub, or 1 + -L(s), 1 + L(-s)), else None."""
     if n.op == "sub":
         a, b = rw.inputs(n)
         if is_scalar_const(rw, a, 1) and same_type(b, n):
-            return b
+            return peel_layout(rw, b)
         return None
     if n.op == "add":
         a, b = rw.inputs(n)
         for one, other in ((a, b), (b, a)):
-            if is_scalar_const(rw, one, 1):
-                s = _negated(rw, other)
-                if s is not None and same_type(s, n):
-                    return s
+            if is_scalar_const(rw, one, 1) and same_type(other, n):
+                inner, outer = peel_layout(rw, other)
+                s = _negated(rw, inner)
+                if s is not None:
+                    s, more = peel_layout(rw, s)
+                    return s, outer + more
     return None
 
 
@@ -59,9 +61,9 @@ def log_of_sigmoid(rw, node):
         x = rw.inputs(arg)[0]
         out = rw.make("neg", [rw.make("softplus", [rw.make("neg", [x])])])
         return wrap_layout(rw, out, outer)
-    s = _one_minus(rw, arg)
-    if s is not None:
-        s, mid = peel_layout(rw, s)
+    found = _one_minus(rw, arg)
+    if found is not None:
+        s, mid = found
         if s.op == "sigmoid":
             x = rw.inputs(s)[0]
             out = rw.make("neg", [rw.make("softplus", [x])])
@@ -78,30 +80,17 @@ def log_of_softmax(rw, node):
 
 
 def log_of_sum_exp(rw, node):
-    """log(sum(exp(x))) -> logsumexp(x), also when a transpose (or, for a full sum, any layout) sits inside."""
+    """log(sum(exp(x))) -> logsumexp(x), also with reshapes or transposes between the ops."""
     arg, outer = peel_layout(rw, rw.inputs(node)[0])
     if arg.op != "sum":
         return None
     inner, layers = peel_layout(rw, rw.inputs(arg)[0])
     if inner.op != "exp":
         return None
-    x = rw.inputs(inner)[0]
-    axes, keepdims = arg.attrs["axis"], arg.attrs["keepdims"]
-    if layers:
-        full = tuple(range(rw.inputs(arg)[0].ndim))
-        if axes == full and not keepdims:
-            axes = tuple(range(x.ndim))
-        elif all(op == "transpose" for op, _ in layers):
-            # Map the summed axes back through the transposes to x's own axes.
-            perm = list(range(x.ndim))
-            for _, attrs in reversed(layers):
-                perm = [perm[a] for a in attrs["axes"]]
-            if keepdims:
-                return None
-            axes = tuple(sorted(perm[a] for a in axes))
-        else:
-            return None
-    return wrap_layout(rw, rw.make("logsumexp", [x], {"axis": axes, "keepdims": keepdims}), outer)
+    # exp commutes with layout ops: sum(L(exp(x))) is sum(exp(L(x))), so the layouts move inside.
+    x = wrap_layout(rw, rw.inputs(inner)[0], layers)
+    attrs = {"axis": arg.attrs["axis"], "keepdims": arg.attrs["keepdims"]}
+    return wrap_layout(rw, rw.make("logsumexp", [x], attrs), outer)
 
 
 def log_of_one_plus(rw, node):

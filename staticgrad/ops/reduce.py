@@ -183,3 +183,34 @@ def squeeze(x, axis):
     (x,) = coerce(x)
     return apply("squeeze", (x,), {"axis": op_axes("squeeze", axis, x.ndim)})
 
+
+
+# ------------------------------------------------------------------ reducing to a shape known at run time
+def unstretched_axes(g_shape, x_shape):
+    """Axes of ``g_shape`` to sum so that it becomes ``x_shape`` (leading extra axes, then size-1 axes)."""
+    extra = len(g_shape) - len(x_shape)
+    lead = tuple(range(extra))
+    kept = tuple(extra + a for a, (d, dg) in enumerate(zip(x_shape, g_shape[extra:])) if d == 1 and dg != 1)
+    return lead, kept
+
+
+def _sum_like_kernel(g, ref):
+    lead, kept = unstretched_axes(g.shape, ref.shape)
+    if kept:
+        g = np.sum(g, axis=kept, keepdims=True)
+    if lead:
+        g = np.sum(g, axis=lead)
+    return g
+
+
+def _sum_like_spec(inputs):
+    g, ref = inputs
+    return ref.shape, g.dtype
+
+
+def _sum_like_vjp(g, out, gin, ref):
+    return apply("broadcast_like", (g, gin)), None
+
+
+defop("sum_like", _sum_like_kernel, _sum_like_spec, _sum_like_vjp, SHAPE_REF,
+      doc="sum g over the axes along which ref was broadcast, found from ref's run-time shape")

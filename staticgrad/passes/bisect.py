@@ -40,6 +40,10 @@ def bisect(outputs, feeds, passes=None, rtol=1e-7, atol=1e-9):
     for fn in resolve(pipeline):
         result = fn(graph)
         graph = result[0] if isinstance(result, tuple) else result
-        if _broken(reference, _evaluate(graph, feeds), rtol, atol):
+        try:
+            values = _evaluate(graph, feeds)
+        except Exception:       # a graph that no longer runs is as broken as one that gives wrong values
+            values = None
+        if values is None or _broken(reference, values, rtol, atol):
             return result[1].name if isinstance(result, tuple) and result[1] is not None else pass_name(fn)
     return None

@@ -61,8 +61,11 @@ def mul_one(rw, node):
             for y, d in (tuple(rw.inputs(x)), tuple(reversed(rw.inputs(x)))):
                 dv = scalar_value(rw, d)
                 if dv is not None and same_type(y, node) and c.dtype == node.dtype and d.dtype == node.dtype:
-                    return rw.make("mul", [y, rw.const(np.multiply(rw.const_value(c).reshape(()),
-                                                                   rw.const_value(d).reshape(())), node.dtype)])
+                    with np.errstate(all="ignore"):
+                        product = np.multiply(rw.const_value(c).reshape(()), rw.const_value(d).reshape(()))
+                    # An overflowing or vanishing product would turn 0*c1*c2 or inf*c1*c2 into NaN.
+                    if np.isfinite(product) and product != 0:
+                        return rw.make("mul", [y, rw.const(product, node.dtype)])
     return None
 
 
@@ -125,14 +128,41 @@ def cast_same(rw, node):
     return x if x.dtype == node.dtype else None
 
 
+def _shape_root(rw, n, depth=6):
+    """A node whose run-time shape ``n`` is known to have (for unknown sizes), or None."""
+    for _ in range(depth):
+        if None not in n.shape or n.op in ("placeholder", "parameter", "constant"):
+            return n
+        if n.op in ("broadcast_like", "sum_like", "reshape_like", "zeros_like"):
+            return _shape_root(rw, rw.inputs(n)[-1], depth - 1)
+        if not REGISTRY[n.op].has(ELEMENTWISE):
+            return n
+        full = [x for x in rw.inputs(n) if tuple(x.shape) == tuple(n.shape)]
+        roots = {id(r) for r in (_shape_root(rw, x, depth - 1) for x in full)}
+        if len(full) == len(rw.inputs(n)) and len(roots) == 1:
+            n = full[0]
+            continue
+        return n
+    return n
+
+
+def _same_runtime_shape(rw, a, b) -> bool:
+    if None not in a.shape and tuple(a.shape) == tuple(b.shape):
+        return True
+    ra, rb = _shape_root(rw, a), _shape_root(rw, b)
+    return ra is not None and rb is not None and ra.id == rb.id
+
+
 def scalar_broadcast(rw, node):
-    """An elementwise op reading broadcast_to(c) of a scalar-shaped c reads c itself (numpy broadcasts)."""
+    """An elementwise op reading broadcast_to(c) of a scalar-shaped c reads c itself (numpy broadcasts),
+    when another operand is known to have the broadcast's shape at run time."""
     inputs = rw.inputs(node)
     changed = False
     for k, x in enumerate(inputs):
         if x.op in ("broadcast_to", "broadcast_like"):
             src = rw.inputs(x)[0]
-            if all(d == 1 for d in src.shape):
+            others = [y for j, y in enumerate(inputs) if j != k]
+            if all(d == 1 for d in src.shape) and any(_same_runtime_shape(rw, y, x) for y in others):
                 inputs[k], changed = src, True
     if not changed:
         return None
@@ -159,6 +189,19 @@ def unary_of_broadcast(rw, node):
     return rw.make(x.op, [folded, *refs], x.attrs)
 
 
+def layout_of_broadcast(rw, node):
+    """reshape/transpose/expand_dims/squeeze of a broadcast scalar is a broadcast of that scalar."""
+    (x,) = rw.inputs(node)
+    if x.op != "broadcast_to" or None in node.shape:
+        return None
+    src = rw.inputs(x)[0]
+    if not all(d == 1 for d in src.shape):
+        return None
+    if src.ndim > node.ndim:
+        src = rw.make("reshape", [src], {"shape": ()})
+    return rw.make("broadcast_to", [src], {"shape": tuple(node.shape)})
+
+
 RULES = {
     "add": [add_zero, scalar_broadcast],
     "sub": [sub_zero, scalar_broadcast],
@@ -177,6 +220,8 @@ for _name, _op in REGISTRY.items():
     # Every other elementwise op with two or more inputs also reads scalar broadcasts directly.
     if _op.has(ELEMENTWISE) and _name not in RULES and _name != "cast":
         RULES[_name] = [scalar_broadcast]
+for _name in ("reshape", "transpose", "expand_dims", "squeeze"):
+    RULES.setdefault(_name, []).append(layout_of_broadcast)
 for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
               "square", "softplus"):
     RULES.setdefault(_name, []).append(unary_of_broadcast)
