@@ -201,14 +201,13 @@ def node_lines(pic, node) -> list:
 
 
 def _marks(pic, node, outputs) -> list:
-    lines = []
-    for k in outputs.get(node.id, []):
-        lines.append(f"output {k}")
+    lines = [f"output {k}" for k in outputs.get(node.id, [])]
     meta = node.meta or {}
     if "grad_of" in meta:
         steps = meta.get("sweep") or []
         y = pic.name_of(steps[0]["node"]) if steps else "y"
-        lines.append(f"gradient d{y}/d{pic.name_of(meta['grad_of'])}")
+        what = f"gradient d{y}/d{pic.name_of(meta['grad_of'])}"
+        lines = [f"{lines[0]}: {what}"] + lines[1:] if lines else [what]
     return [f'<FONT POINT-SIZE="10" COLOR="#7f0000"><B>{_esc(t)}</B></FONT>' for t in lines]
 
 
@@ -351,6 +350,11 @@ def _add_box(pic, box, info, cluster):
     if params:
         lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{label(p)} {format_shape(p.shape)}"
                                                                for p in params)) + "</FONT>")
+    outputs = {}
+    for k, o in enumerate(pic.graph.outputs):
+        outputs.setdefault(o, []).append(k)
+    for n in nodes:
+        lines += _marks(pic, n, outputs)
     attrs = dict(STYLES[info["role"]], shape="box3d")
     sources = sorted({n.source for n in nodes if n.source})
     cluster.add_node(pydot.Node(box, label="<" + "<BR/>".join(lines) + ">",

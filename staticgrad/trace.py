@@ -153,7 +153,8 @@ def run_values(target, feeds):
 def sweeps_of(graph: Graph) -> list:
     """[(sweep steps, [wrt ids])] for the gradients in ``graph``, each sweep once, in graph order."""
     found = {}
-    for node in graph.nodes.values():
+    outputs_first = [graph.nodes[i] for i in dict.fromkeys(graph.outputs) if i in graph.nodes]
+    for node in outputs_first + list(graph.nodes.values()):
         meta = node.meta or {}
         if "sweep" in meta:
             steps, wrt = found.setdefault(id(meta["sweep"]), (meta["sweep"], []))

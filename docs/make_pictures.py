@@ -1,0 +1,75 @@
+"""Render the pictures under docs/ (run: .venv/bin/python docs/make_pictures.py; needs Graphviz's dot).
+
+The 2-3-2-1 sigmoid network with 20 parameters and the polynomial of shared/WORKED_EXAMPLES.md
+(examples 3 and 1), drawn the ways `sg.to_dot` offers: forward and backward side by side, values and
+gradient flow, name scopes collapsed, and what the optimization passes did.
+"""
+import os
+
+import numpy as np
+
+import staticgrad as sg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sigmoid_net():
+    """Worked example 3: h = σ(xW + b1), g = σ(hU + d), ŷ = g·v + b, L = mean((ŷ - y)²)."""
+    x = sg.placeholder((None, 2), name="x")
+    y = sg.placeholder((None,), name="y")
+    with sg.name_scope("layer1"):
+        W = sg.parameter([[.3, .4, .8], [.6, .7, .1]], name="W")
+        b1 = sg.parameter([.2, .5, .9], name="b1")
+        h = sg.sigmoid(x @ W + b1)
+    with sg.name_scope("layer2"):
+        U = sg.parameter([[.7, .5], [.2, .4], [.8, .9]], name="U")
+        d = sg.parameter([.2, .5], name="d")
+        g = sg.sigmoid(h @ U + d)
+    with sg.name_scope("output"):
+        v = sg.parameter([.6, .8], name="v")
+        b = sg.parameter(.3, name="b")
+        yhat = g @ v + b
+    loss = sg.mean((yhat - y) ** 2)
+    loss.name = "L"
+    grads = sg.grad(loss, [W, b1, U, d, v, b])
+    fn = sg.compile([loss] + grads, inputs=[x, y])
+    feeds = {"x": np.array([[3.0, 2.0], [0.5, 1.2]]), "y": np.array([1.5, 0.9])}
+    return fn, feeds
+
+
+def polynomial():
+    """Worked example 1: y = 2u³ + 3uv + 4v² + 5 at u=5, v=7."""
+    u = sg.placeholder((), name="u", requires_grad=True)
+    v = sg.placeholder((), name="v", requires_grad=True)
+    t1 = u * u
+    t2 = t1 * u
+    t4 = u * v
+    t6 = v * v
+    y = 2 * t2 + 3 * t4 + 4 * t6 + 5
+    for name, t in dict(t1=t1, t2=t2, t4=t4, t6=t6, y=y).items():
+        t.name = name
+    return sg.compile([y] + sg.grad(y, [u, v]), inputs=[u, v])
+
+
+def main():
+    net, feeds = sigmoid_net()
+    out = lambda name: os.path.join(HERE, name)      # noqa: E731
+    written = [
+        sg.save_dot(net, out("sigmoid_net.svg")),
+        sg.save_dot(net, out("sigmoid_net.png")),
+        sg.save_dot(net, out("sigmoid_net_values.svg"), feeds=feeds),
+        sg.save_dot(net, out("sigmoid_net_flow.svg"), feeds=feeds, view="flow"),
+        sg.save_dot(net, out("sigmoid_net_collapsed.svg"), collapse=True),
+        sg.save_dot(sg.diff_dot(net), out("sigmoid_net_passes.svg")),
+    ]
+    poly = polynomial()
+    written.append(sg.save_dot(poly, out("polynomial_flow.svg"), feeds=(5.0, 7.0), view="flow"))
+    with open(out("polynomial_trace.txt"), "w") as fh:
+        sg.trace(poly, (5.0, 7.0), file=fh)
+    written.append(out("polynomial_trace.txt"))
+    for path in written:
+        print(os.path.relpath(path))
+
+
+if __name__ == "__main__":
+    main()
