@@ -38,6 +38,9 @@ def diff_dot(fn, **kwargs) -> pydot.Dot:
     pass. Keyword arguments are those of ``to_dot`` that shape the drawing (collapse, around, depth,
     scopes, legend, name, rankdir).
     """
+    if getattr(fn, "_unoptimized", None) is None:
+        raise ValueError("diff_dot: expected a function made by sg.compile (one linked from a loaded graph "
+                         "keeps no unoptimized graph to compare with)")
     pic = picture_of(fn, "unoptimized")
     base, final = pic.graph, fn.ir.nodes
     added = {i: n for i, n in final.items() if i not in base.nodes}

@@ -284,8 +284,9 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
             dot.add_subgraph(sub)
         else:
             parent = cluster_for(role, scope.rpartition("/")[0])
-            sub = pydot.Cluster(_cluster_id(role, scope), label=scope, style="rounded,dashed", color="#999999",
-                                fontcolor="#555555")
+            # the index keeps scopes apart that differ only in characters DOT ids cannot hold
+            sub = pydot.Cluster(_cluster_id(role, scope, str(len(clusters))), label=scope,
+                                style="rounded,dashed", color="#999999", fontcolor="#555555")
             parent.add_subgraph(sub)
         clusters[key] = sub
         return sub

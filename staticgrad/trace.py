@@ -92,7 +92,8 @@ def tensor_closure(graph: Graph) -> dict:
     found = {}
     stack = [n.tensor for n in graph.nodes.values() if n.tensor is not None]
     # A gradient may not depend on y at all (y = u + v): meta["y"], when autodiff records it, reaches it.
-    stack += [n.meta["y"] for n in graph.nodes.values() if isinstance((n.meta or {}).get("y"), Tensor)]
+    stack += [n.meta["y"] for n in graph.nodes.values()
+              if isinstance((n.meta or {}).get("y"), Tensor)]
     while stack:
         t = stack.pop()
         if t.id in found:
@@ -139,7 +140,10 @@ def run_values(target, feeds):
     nodes of the sweep have values even when no output reads them; updates are not applied.
     """
     fed = feeds_by_id(target, feeds)
-    base = target if isinstance(target, Graph) else (target._unoptimized if target._unoptimized is not None else target.ir)
+    if isinstance(target, Graph):
+        base = target
+    else:
+        base = target._unoptimized if target._unoptimized is not None else target.ir
     tensors = tensor_closure(base)
     if tensors:
         roots = sorted(tensors.values(), key=lambda t: t.id)
@@ -283,6 +287,9 @@ def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     values, tensors = run_values(fn, feeds)
     base = fn._unoptimized if fn._unoptimized is not None else fn.ir
     found = sweeps_of(base)
+    if not found and fn._unoptimized is None:
+        raise ValueError("trace: this function was linked from a loaded graph, which keeps no record of the "
+                         "backward sweep; trace the function compiled from the original tensors")
     if not found:
         raise ValueError("trace: this function has no gradient made by sg.grad among its outputs or updates, "
                          "so there is no backward sweep to show")

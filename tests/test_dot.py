@@ -11,7 +11,7 @@ import staticgrad as sg
 from staticgrad import cli
 from staticgrad.diffdot import diff_dot
 from staticgrad.dot import GraphvizNotFound, save_dot, to_dot
-from staticgrad.graph import Graph, Node
+from staticgrad.graph import Node
 from staticgrad.passes import PASSES
 from staticgrad.passes.stats import PassStats
 from staticgrad.tensor import format_shape
@@ -343,3 +343,19 @@ def test_cli_renders_every_function_a_script_compiles(tmp_path, capsys):
     assert "compiled at tiny.py:7" in printed and "compiled at tiny.py:9" in printed
     assert cli.main(["dot", str(script), "--out", str(out), "--stage", "all", "--format", "dot"]) == 0
     assert "tiny_2_diff.dot" in os.listdir(out)
+
+
+def test_loaded_functions_draw_their_graph_but_have_no_history(tmp_path):
+    w = sg.parameter([1.0, 2.0], name="w")
+    x = sg.placeholder((None, 2), name="x")
+    y = sg.sum(x * w)
+    fn = sg.compile([y, sg.grad(y, w)], inputs=[x])
+    sg.save(fn, tmp_path / "f.npz")
+    loaded = sg.load(tmp_path / "f.npz")
+    assert len(dot_nodes(to_dot(loaded, feeds=[np.ones((3, 2))]))) == len(loaded.ir.nodes)
+    with pytest.raises(ValueError, match="no unoptimized graph"):
+        to_dot(loaded, stage="unoptimized")
+    with pytest.raises(ValueError, match="no unoptimized graph"):
+        diff_dot(loaded)
+    with pytest.raises(ValueError, match="loaded graph"):
+        sg.trace(loaded, [np.ones((3, 2))])
