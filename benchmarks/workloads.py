@@ -52,12 +52,12 @@ class Workload:
 
 
 WORKLOADS = {
-    "A": Workload("A", "20-param 2-3-2-1 sigmoid net, 2 samples, loss+grads", "mlp_small"),
-    "B": Workload("B", "784-256-256-10 ReLU MLP SGD step, batch 128, float32", "mlp_sgd", dtype="float32",
+    "A": Workload("A", "2-3-2-1 sigmoid net, 20 params, 2 samples, loss+grads", "mlp_small"),
+    "B": Workload("B", "784-256-256-10 ReLU MLP SGD step, batch 128, f32", "mlp_sgd", dtype="float32",
                   rtol=2e-4),
-    "C": Workload("C", "2000-op elementwise chain on 1000 floats, grad", "chain", size=1000, ops=2000),
-    "D": Workload("D", "200 tiny elementwise ops on 10 floats, grad", "chain", size=10, ops=200),
-    "E": Workload("E", "almost empty function (x + 1.0 on 1 float): call overhead", "empty", size=1),
+    "C": Workload("C", "2000-op elementwise chain, 1000 floats, grad", "chain", size=1000, ops=2000),
+    "D": Workload("D", "200-op elementwise chain, 10 floats, grad", "chain", size=10, ops=200),
+    "E": Workload("E", "x + 1.0 on 1 float: fixed call overhead", "empty", size=1),
 }
 
 
@@ -65,7 +65,7 @@ def compile_cost_workload(ops: int) -> Workload:
     """The chain of ``ops`` elementwise ops on 10 numbers, used to measure one-time costs."""
     if ops % len(CHAIN_CYCLE):
         raise ValueError(f"compile-cost chain: ops must be a multiple of {len(CHAIN_CYCLE)}, got {ops}")
-    return Workload(f"chain{ops}", f"{ops:,}-op elementwise chain on 10 floats (compile cost)", "chain",
+    return Workload(f"chain{ops}", f"{ops:,}-op elementwise chain, 10 floats, grad", "chain",
                     size=10, ops=ops)
 
 

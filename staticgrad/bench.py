@@ -299,7 +299,7 @@ def format_table(doc) -> str:
             if name not in impls:
                 impls.append(name)
     width = max(len(e["name"]) + len(e["title"]) for e in doc["workloads"]) + 2 if doc["workloads"] else 10
-    width = min(width, 62)
+    width = min(width, 66)
     cols = [max(len(n), 9) for n in impls]
     clock = {"cpu": "process CPU time", "wall": "wall-clock time"}.get(doc["settings"].get("clock"), "?")
     lines = ["Median time per call as a ratio to hand-written numpy in the same process (lower is better),",
