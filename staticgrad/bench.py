@@ -49,8 +49,9 @@ class Settings:
 
 
 def quick_settings(**overrides) -> Settings:
-    base = Settings(compile_ops=[1000], rounds=7, target_s=0.02, budget_s=2.0, peer_timeout_s=120.0,
-                    big_timeout_s=60.0, quick=True)
+    """A look in a few minutes: fewer rounds, no 100,000-op graph, only the peers that compile in seconds."""
+    base = Settings(compile_ops=[1000], peers=["torch", "jax.jit"], rounds=7, target_s=0.02, budget_s=2.0,
+                    peer_timeout_s=60.0, big_timeout_s=60.0, quick=True)
     for key, value in overrides.items():
         setattr(base, key, value)
     return base
@@ -60,7 +61,8 @@ def quick_settings(**overrides) -> Settings:
 def add_arguments(parser):
     """The options of ``staticgrad bench`` and ``python -m benchmarks`` (one definition for both)."""
     parser.add_argument("--quick", action="store_true",
-                        help="few rounds, no 100,000-op graph, short peer timeouts (a look, not a result)")
+                        help="few rounds, no 100,000-op graph, peers torch and jax.jit only, 60 s peer "
+                             "timeout (a look, not a result)")
     parser.add_argument("--only", default=None, metavar="A,B,...",
                         help="workloads to run: A B C D E and chainN (N ops), comma-separated")
     parser.add_argument("--peers", default=None, metavar="NAMES",
@@ -329,13 +331,24 @@ def format_table(doc) -> str:
         lines += ["", "Not measured:"]
         lines += [f"  {w} {n}: {r.get('status')}: {r.get('reason', '')}" for w, n, r in problems]
     lines += ["", "Issue 4 goals:"] + goal_lines(doc)
-    blas = [lib for lib in doc.get("blas", {}).get("libraries", []) if lib.get("internal_api") == "openblas"]
-    kernels = ", ".join(f"{lib.get('architecture')} ({lib.get('num_threads')} threads)" for lib in blas) or "?"
+    kernels = ", ".join(f"{k} ({n} threads)" for k, n in _kernels(doc)) or "?"
     load = doc["machine"].get("load_average_start")
     lines += ["", f"OpenBLAS kernel: {kernels}; threads setting: {doc['settings']['threads'] or 'library defaults'}; "
               f"load average at start: {', '.join(f'{x:.1f}' for x in load) if load else '?'}; "
               f"git {doc['machine'].get('git')}; {doc.get('seconds', 0):.0f} s in all"]
     return "\n".join(lines)
+
+
+def _kernels(doc) -> list:
+    """(OpenBLAS kernel, threads) pairs seen in the main process and in every peer process."""
+    infos = [doc.get("blas", {})] + [r.get("blas", {}) for e in doc["workloads"] for r in e["results"].values()]
+    seen = []
+    for info in infos:
+        for lib in (info or {}).get("libraries", []):
+            pair = (lib.get("architecture"), lib.get("num_threads"))
+            if lib.get("internal_api") == "openblas" and pair not in seen:
+                seen.append(pair)
+    return seen
 
 
 def goal_lines(doc) -> list:

@@ -126,6 +126,7 @@ def test_command_line_options():
     parser = bench.add_arguments(argparse.ArgumentParser())
     s = bench.settings_from_args(parser.parse_args(["--quick", "--only", "A,chain40", "--peers", "none"]))
     assert (s.workloads, s.compile_ops, s.peers, s.quick, s.clock) == (["A"], [40], [], True, "cpu")
+    assert bench.settings_from_args(parser.parse_args(["--quick"])).peers == ["torch", "jax.jit"]
     s = bench.settings_from_args(parser.parse_args(["--threads", "0", "--peers", "torch,jax.jit"]))
     assert (s.clock, s.peers, s.compile_ops) == ("wall", ["torch", "jax.jit"], [1000, 100000])
     with pytest.raises(SystemExit):
