@@ -99,7 +99,7 @@ def grad(y, wrt, grad_output=None):
             if seed.shape != y.shape:
                 seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
         adjoint, sweep = _reverse_sweep(y, wrt, seed)
-        return _results(wrt, adjoint, single, sweep)
+        return _results(wrt, adjoint, single, sweep, y)
 
 
 def _cone(graph: nx.DiGraph, y_id, wrt_ids):
@@ -165,7 +165,7 @@ def _reverse_sweep_plain(y, wrt, seed):
     return adjoint, sweep
 
 
-def _results(wrt, adjoint, single, sweep):
+def _results(wrt, adjoint, single, sweep, y):
     out = []
     for w in wrt:
         g = adjoint.get(w.id)
@@ -177,6 +177,7 @@ def _results(wrt, adjoint, single, sweep):
             g.meta = {}
         g.meta.setdefault("sweep", sweep)
         g.meta.setdefault("grad_of", w.id)
+        g.meta.setdefault("y", y)
         out.append(g)
     return out[0] if single else out
 

@@ -289,6 +289,12 @@ class Function:
         return ExecutionError(f"{node.op} (built at {node.source}) failed at run time on inputs of static "
                               f"shapes {inputs}: {type(err).__name__}: {err}")
 
+    def trace(self, feeds, **kwargs):
+        """Print the backward sweep on ``feeds`` as a table (node, rule, contributions, fork sums);
+        returns a staticgrad.Trace."""
+        from .trace import trace
+        return trace(self, feeds, **kwargs)
+
     def run_batches(self, batches, progress=None, desc=None, name="loss"):
         """Call this function on every batch (see staticgrad.data.run_batches)."""
         from .data import run_batches
