@@ -294,3 +294,86 @@ def test_costs_take_unknown_sizes_as_one():
     c = costs(fn.ir)
     assert c["flops"] == 2 * 4 * 3 + 6 * 3     # matmul of one row, then tanh weighted 6 per element
     assert c["peak_bytes"] <= c["peak_bytes_unplanned"] == 2 * 3 * 8
+
+
+# ------------------------------------------------------------------ tiny plans run as Python scalar code
+def scalar_and_numpy_results(outputs, inputs, feeds):
+    """Outputs of the numpy plan and of the scalar code generated for the same plan, on ``feeds``.
+
+    The executor picks the scalar code by timing it on the first call; built here directly, the
+    comparison does not depend on which one wins.
+    """
+    from staticgrad import scalarize
+    from staticgrad.codegen import generate
+    from staticgrad.executor import ScalarProgram
+
+    fn = sg.compile(outputs, inputs=inputs)
+    concrete, order, shapes, memory = plan_for(fn, [np.shape(f) for f in feeds])
+    params = [i for i in order if concrete.nodes[i].op == "parameter"]
+    numpy_plan = generate(concrete, order, params, concrete.inputs, memory)
+    numpy_plan.shapes = shapes
+    assert scalarize.eligible(concrete, order, shapes)
+    source = scalarize.generate(concrete, order, params, concrete.inputs, shapes)
+    scalar_plan = ScalarProgram(source, [concrete.nodes[i].tensor for i in params], numpy_plan)
+    with np.errstate(all="ignore"):
+        return numpy_plan.run(*feeds)[0], scalar_plan.run(*feeds)[0]
+
+
+def _bool_sum(a, b):
+    return ((a > 0) + (b > 0)) * 1.5          # numpy: True + True is True (logical or), not 2
+
+
+def _int_wrap(a, b):
+    i = sg.ops.cast(a, "int64")
+    return sg.ops.cast(i * 4, "float64")      # int64 arithmetic wraps around in numpy
+
+
+def _logical_and(a, b):
+    return sg.ops.cast(sg.ops.logical_and(a, b), "float64") * 1.0
+
+
+def _mlp_like(a, b):
+    return sg.sum(sg.tanh(a[:, None] * b + 1.0) ** 2) + sg.logsumexp(a * b)
+
+
+SCALAR_CASES = {
+    "mlp-like": (_mlp_like, [np.array([0.5, -1.0]), np.array([2.0, 3.0])]),
+    "bool + bool": (_bool_sum, [np.array([1.0, 1.0]), np.array([1.0, -1.0])]),
+    "int64 wraps": (_int_wrap, [np.array([2.0 ** 62, 1.0]), np.array([0.0, 0.0])]),
+    "logical_and of floats": (_logical_and, [np.array([3.0, 1.0]), np.array([2.0, 0.0])]),
+}
+
+
+@pytest.mark.parametrize("case", SCALAR_CASES, ids=str)
+def test_scalar_code_computes_what_numpy_computes(case):
+    build, feeds = SCALAR_CASES[case]
+    a, b = sg.placeholder((2,), name="a"), sg.placeholder((2,), name="b")
+    want, got = scalar_and_numpy_results(build(a, b), [a, b], feeds)
+    for x, y in zip(want, got):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_allclose(y, x, rtol=1e-12)
+
+
+def test_scalar_cross_entropy_of_infinite_logits_is_that_of_numpy():
+    z = sg.placeholder((1, 2), name="z")
+    t = sg.placeholder((1,), dtype="int64", name="t")
+    want, got = scalar_and_numpy_results(sg.softmax_cross_entropy(z, t), [z, t],
+                                         [np.array([[np.inf, 0.0]]), np.array([1])])
+    np.testing.assert_array_equal(got[0], want[0])        # inf, not nan
+
+
+def test_scalar_integer_power_is_exact():
+    i = sg.placeholder((2,), dtype="int64", name="i")
+    want, got = scalar_and_numpy_results(i ** 39, [i], [np.array([3, 1])])
+    np.testing.assert_array_equal(got[0], want[0])
+    assert want[0][0] == 3 ** 39
+
+
+def test_the_compiled_function_keeps_numpy_semantics_on_later_calls():
+    # the first call decides between scalar and numpy code; a later call must not change the semantics
+    a, b = sg.placeholder((2,), name="a"), sg.placeholder((2,), name="b")
+    y = _bool_sum(a, b)
+    fn = sg.compile(y, inputs=[a, b])
+    slow = sg.compile(y, inputs=[a, b], optimize=False)
+    fn(np.array([1.0, -1.0]), np.array([-1.0, -1.0]))
+    np.testing.assert_array_equal(fn(np.ones(2), np.ones(2)), slow(np.ones(2), np.ones(2)))
