@@ -119,8 +119,8 @@ def _reverse_sweep(y, wrt, seed):
     twin = rewrite_tensors(order, stable.RULES, keep=wrt)
     if any(twin[t.id] is not t for t in order):
         y = twin[y.id]
-        adjoint, sweep = _reverse_sweep_plain(y, [twin[w.id] for w in wrt], seed)
-        return {w.id: adjoint[twin[w.id].id] for w in wrt if twin[w.id].id in adjoint}, sweep
+        adjoint, sweep = _reverse_sweep_plain(y, [twin.get(w.id, w) for w in wrt], seed)
+        return {w.id: adjoint[twin.get(w.id, w).id] for w in wrt if twin.get(w.id, w).id in adjoint}, sweep
     return _reverse_sweep_plain(y, wrt, seed)
 
 

@@ -71,10 +71,12 @@ class _Names:
         return name
 
 
-def generate(graph, order, params, inputs, memory=None) -> Program:
+def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     """Source for ``graph``'s nodes in ``order``; ``params``/``inputs`` are leaf node ids in call order.
 
-    ``memory`` (a plan.MemoryPlan) sends results into workspace slots with ``out=``.
+    ``memory`` (a plan.MemoryPlan) sends results into workspace slots with ``out=``. ``fused`` lists
+    (kernel, fuse.Region) pairs: each region's nodes are computed by one kernel call, made where the
+    region's last node stands (its nodes are consecutive in ``order``).
     """
     nodes = graph.nodes
     ns = _Names()
@@ -101,10 +103,16 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
         for k, (shape, dtype) in enumerate(memory.slots):
             slots[k] = ns.bind("w", np.empty(shape, np.dtype(dtype)))
 
+    region_end, region_at = {}, {}
+    for kernel, region in fused:
+        region_at[region.nodes[-1]] = (kernel, region)
+        for i in region.nodes:
+            region_end[i] = region.nodes[-1]
+    step_of = {i: k for k, i in enumerate(order)}
     last_use = {}
     for step, i in enumerate(order):
         for j in nodes[i].inputs:
-            last_use[j] = step
+            last_use[j] = step_of[region_end[i]] if i in region_end else step
     keep = set(graph.outputs) | {e for _, e in graph.updates}
     counter, temps = 0, set()
     for step, i in enumerate(order):
@@ -113,6 +121,26 @@ def generate(graph, order, params, inputs, memory=None) -> Program:
             continue
         if node.op == "constant":
             names[i] = ns.bind("c", node.value)
+            continue
+        if i in region_end:
+            if i not in region_at:
+                continue                 # computed inside its region's kernel
+            kernel, region = region_at[i]
+            outs = []
+            for j in region.outputs:
+                counter += 1
+                names[j] = f"v{counter}"
+                temps.add(names[j])
+                outs.append(names[j])
+            args = [names[j] for j in region.inputs]
+            ops = ", ".join(dict.fromkeys(nodes[j].op for j in region.nodes))
+            lines.append(f"    {', '.join(outs)}, = {ns.bind('fused', kernel)}({', '.join(args)})"
+                         f"  # fused loop over {len(region.nodes)} nodes: {ops}")
+            line_nodes[len(lines)] = i
+            dead = [names[j] for j in region.inputs
+                    if last_use.get(j) == step and j not in keep and names[j] in temps]
+            if dead:
+                lines.append(f"    del {', '.join(dead)}")
             continue
         counter += 1
         var = f"v{counter}"

@@ -45,13 +45,14 @@ def _placeholders(roots):
     return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
 
 
-def compile(outputs, inputs=None, updates=None, optimize=True, passes=None):
+def compile(outputs, inputs=None, updates=None, optimize=True, passes=None, backend="numpy"):
     """Compile ``outputs`` (a tensor or a list) and ``updates`` into one callable.
 
     ``inputs`` fixes the order of positional feeds (None: feed every placeholder by dict). ``updates``
     are (parameter, expression) pairs or a dict; all are computed from the values before the call and
     assigned after the outputs, only when the whole call succeeded. ``passes`` replaces the default
-    pipeline (pass functions or names); ``optimize=False`` runs none.
+    pipeline (pass functions or names); ``optimize=False`` runs none. ``backend="numba"`` (optional
+    extra) compiles each elementwise region of a plan into one loop.
     """
     source = user_frame()
     single = isinstance(outputs, Tensor)
@@ -84,15 +85,15 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None):
         pipeline = passes_mod.DEFAULT if passes is None else passes
         graph, rows = passes_mod.run_pipeline(graph, pipeline)
         graph.assign_roles()
-    return link(graph, single, rows, unoptimized)
+    return link(graph, single, rows, unoptimized, backend=backend)
 
 
-def link(graph, single=False, rows=(), unoptimized=None) -> Function:
+def link(graph, single=False, rows=(), unoptimized=None, backend="numpy") -> Function:
     """A callable for an already optimized graph whose leaf nodes carry their tensors (``node.tensor``).
 
     ``sg.load`` comes in here too, with a graph rebuilt from a file.
     """
-    return Function(graph, single, list(rows), unoptimized)
+    return Function(graph, single, list(rows), unoptimized, backend=backend)
 
 
 def schedule(graph) -> list:

@@ -61,6 +61,7 @@ class ScalarProgram:
                 return numpy_run(*feeds)     # numpy's inf/nan semantics, or its clear error
 
         self.run, self.source, self.fallback = run, source, fallback
+        self.regions = getattr(fallback, "regions", 0)
         self.memory, self.line_nodes, self.shapes = fallback.memory, fallback.line_nodes, fallback.shapes
 
 
@@ -121,7 +122,7 @@ class Function:
 
     MAX_PLANS = 32
 
-    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True, scalar=True):
+    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True, scalar=True, backend="numpy"):
         from .compiler import schedule
         self.ir = ir                       # the optimized staticgrad.graph.Graph
         self._order = schedule(ir)
@@ -143,6 +144,13 @@ class Function:
         self._plans = {}
         self._last = None
         self._scalar = scalar
+        if backend not in ("numpy", "numba"):
+            raise ValueError(f"unknown backend {backend!r}: expected 'numpy' or 'numba'")
+        if backend == "numba":
+            from .numba_backend import require
+            require()
+        self._backend = backend
+        self._backend_seconds = 0.0
         self._fast = self._make_fast_path()
 
     # ------------------------------------------------------------------ calling
@@ -211,6 +219,12 @@ class Function:
         memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
         program = generate(concrete, order, self._param_ids, ir.inputs, memory)
         program.shapes = shapes
+        if self._backend == "numba":
+            from .numba_backend import fused_program
+            fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes, memory, feeds)
+            fused.shapes = shapes
+            self._backend_seconds += seconds
+            program = fused
         if self._scalar and feeds is not None and scalarize.eligible(concrete, order, shapes):
             program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
         if len(self._plans) >= self.MAX_PLANS:
@@ -323,7 +337,13 @@ class Function:
     def report(self) -> Report:
         """What each pass did (``.rows``), plus the plans built so far and the memory of the latest one."""
         summary = {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items())),
-                   "plans": len(self._plans)}
+                   "plans": len(self._plans), "backend": self._backend}
+        if self._last is not None:
+            summary["program"] = "scalar" if isinstance(self._last, ScalarProgram) else self._backend
+        if self._backend == "numba":
+            summary["numba_compile_seconds"] = round(self._backend_seconds, 3)
+            fused = getattr(self._last, "fallback", self._last)
+            summary["fused_regions"] = getattr(fused, "regions", 0)
         memory = self._last.memory if self._last is not None else None
         if memory is not None:
             summary.update({"peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned,

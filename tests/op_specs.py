@@ -391,6 +391,10 @@ spec("squeeze", lambda x: squeeze(x, (0, 2)), inputs(normal(1, 3, 1)), lambda x:
 spec("squeeze", lambda x: squeeze(x, -1), inputs(normal(3, 1)), lambda x: np.squeeze(x, -1), tag="negative-axis")
 spec("reshape_like", lambda x, r: apply("reshape_like", (x, r)), inputs(normal(6), normal(2, 3)),
      lambda x, r: x.reshape(r.shape))
+spec("sum_like", lambda g, r: apply("sum_like", (g, r)), inputs(normal(4, 2, 3), normal(1, 3)),
+     lambda g, r: g.sum(axis=0).sum(axis=0, keepdims=True), tag="leading-and-size-1")
+spec("sum_like", lambda g, r: apply("sum_like", (g, r)), inputs(normal(2, 3), normal(2, 3)),
+     lambda g, r: g, tag="nothing-stretched")
 spec("split", lambda g, a, b: apply("split", (g, a, b), {"axis": 0, "part": 1}),
      inputs(normal(5, 2), normal(2, 2), normal(3, 2)), lambda g, a, b: g[2:], tag="part=1")
 spec("split", lambda g, a, b: apply("split", (g, a, b), {"axis": 1, "part": 0}),
