@@ -188,3 +188,19 @@ def test_merged_outputs_are_still_separate_results():
     fn = sg.compile([a * b, b * a], inputs=[a, b])
     first, second = fn(np.ones(2), np.ones(2))
     assert not np.shares_memory(first, second)
+
+
+def test_array_indices_are_compared_by_value():
+    x = sg.placeholder((4,), name="x")
+    outs = [x[np.array([0, 1])], x[np.array([0, 1])], x[np.array([1, 0])],
+            x[np.array([True, False, True, False])], x[np.array([1, 0, 1, 0], dtype=bool)]]
+    fn = check(outs, [x], [np.arange(4.0)])
+    assert ops_of(fn)["getitem"] == 3
+
+
+def test_casts_to_different_dtypes_stay_apart():
+    x = sg.placeholder((4,), name="x")
+    outs = [sg.ops.cast(x, "float32"), sg.ops.cast(x, "int64"), sg.ops.cast(x, "float32")]
+    fn = check(outs, [x], [np.arange(4.0)])
+    assert ops_of(fn)["cast"] == 2
+    assert [o.dtype for o in fn(np.arange(4.0))] == [np.float32, np.int64, np.float32]
