@@ -15,7 +15,7 @@ from .ops.registry import ELEMENTWISE, REGISTRY, apply
 from .tensor import GradError, Tensor, building, format_shape, user_frame
 
 
-def sum_to_shape(g: Tensor, x: Tensor, siblings=()) -> Tensor:
+def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
     """Undo broadcasting: sum ``g`` over the axes along which ``x`` was stretched to ``g``'s shape.
 
     Decided on static shapes where they settle it. Where ``x`` has an unknown size that a sibling input
@@ -23,7 +23,7 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=()) -> Tensor:
     can tell, and a ``sum_like`` node decides when the function runs (each plan turns it into a plain
     sum or into nothing, so it costs nothing per call).
     """
-    if _maybe_stretched(g, x, siblings):
+    if _maybe_stretched(g, x, siblings, core):
         g = apply("sum_like", (g, x))
         if g.dtype != x.dtype and x.dtype.kind in "fc":
             g = ops.cast(g, x.dtype)
@@ -40,8 +40,12 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=()) -> Tensor:
     return g
 
 
-def _maybe_stretched(g, x, siblings):
-    for a, d in enumerate(x.shape):
+def _maybe_stretched(g, x, siblings, core=0):
+    """Whether ``x`` has an unknown size along an axis that a sibling of size != 1 may have stretched.
+
+    ``core`` trailing axes take no part in broadcasting (a matrix product's two matrix axes).
+    """
+    for a, d in enumerate(x.shape[:x.ndim - core]):
         if d is not None:
             continue
         ga = g.shape[g.ndim - x.ndim + a]
@@ -153,7 +157,8 @@ def _reverse_sweep_plain(y, wrt, seed):
                 if gx is None or not need:
                     continue
                 siblings = node.inputs if REGISTRY[node.op].has(ELEMENTWISE) or node.op == "matmul" else ()
-                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x, siblings)
+                core = min(2, x.ndim) if node.op == "matmul" else 0
+                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x, siblings, core)
                 step["sends"].append((x.id, contribution.id))
                 if x.id not in contributions:
                     contributions[x.id] = (contribution, [contribution])
