@@ -71,20 +71,48 @@ class Unsupported(Exception):
     """The plan uses something the scalar generator does not handle; the numpy plan is used instead."""
 
 
+_COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
+_LABEL_READERS = {"softmax_cross_entropy", "one_hot"}
+PER_CALL = 6     # scalar statements that cost about as much as one numpy call on a tiny array
+
+
 def eligible(graph, order, shapes, limit=MAX_STATEMENTS) -> bool:
-    """Whether ``graph`` can and should run as scalar code: float64/int/bool only, known ops, small."""
-    total = 0
+    """Whether ``graph`` should run as scalar code: known ops, arithmetic in float64 only, and fewer
+    scalar statements than ``PER_CALL`` times the numpy calls they replace (decided from shapes alone,
+    so every compile of the same graph makes the same choice).
+
+    Integers and booleans only flow where Python and numpy agree: integer labels into the loss or
+    one-hot, booleans from comparisons into ``where`` or a cast to float (no integer overflow, no bool
+    arithmetic, no ``and`` returning an operand).
+    """
+    total, calls = 0, 0
+    nodes = graph.nodes
     for i in order:
-        node = graph.nodes[i]
-        if node.op not in SUPPORTED or node.dtype.kind not in "fiub":
+        node = nodes[i]
+        if node.op not in SUPPORTED:
             return False
-        if node.dtype.kind == "f" and node.dtype != np.float64:
+        kind = node.dtype.kind
+        if kind == "f" and node.dtype != np.float64:
             return False
-        if node.op not in _VIEWS:
+        if kind in "iu" and node.op not in ("placeholder", "constant") and node.op not in _VIEWS:
+            return False
+        if kind == "b" and node.op not in _COMPARISONS and node.op not in ("placeholder", "constant") \
+                and node.op not in _VIEWS:
+            return False
+        if kind not in "fiub":
+            return False
+        for j in node.inputs:
+            ikind = nodes[j].dtype.kind
+            if ikind in "iu" and node.op not in _LABEL_READERS and node.op not in _VIEWS:
+                return False
+            if ikind == "b" and node.op not in ("where", "cast") and node.op not in _VIEWS:
+                return False
+        if node.op not in _VIEWS and node.op not in ("placeholder", "parameter", "constant"):
+            calls += 1
             total += math.prod(shapes[i]) * (math.prod(shapes[node.inputs[0]][-1:]) if node.op == "matmul" else 1)
         if total > limit:
             return False
-    return True
+    return calls > 0 and total <= PER_CALL * calls
 
 
 class _Emitter:
@@ -297,6 +325,7 @@ def _cross_entropy(em, logits, labels):
     for row, label in zip(rows, labels):
         _check_label(em, label, len(row))
         m = em.assign(f"max({', '.join(row)})")
+        m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")     # an infinite max must not make nan
         total = em.assign(" + ".join(f"exp({v} - {m})" for v in row))
         picked = em.assign(f"({', '.join(row)},)[{label}]")
         terms.append(em.assign(f"log({total}) + {m} - {picked}"))
