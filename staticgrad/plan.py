@@ -53,6 +53,12 @@ def concrete_shapes(graph, order, feed_shapes) -> dict:
     return {i: s.shape for i, s in specs.items()}
 
 
+def inplace_safe(op) -> bool:
+    """Whether the kernel may write its result over one of its own operands (a single-pass ufunc)."""
+    kernel = REGISTRY[op].kernel
+    return isinstance(kernel, np.ufunc) or getattr(kernel, "inplace_safe", False)
+
+
 def accepts_out(op) -> bool:
     kernel = REGISTRY[op].kernel
     return isinstance(kernel, np.ufunc) or op in REDUCTIONS_WITH_OUT or getattr(kernel, "accepts_out", False)
@@ -113,7 +119,7 @@ def plan_memory(graph, order, shapes, enable=True) -> MemoryPlan:
         plan.peak_unplanned += size
         key = (tuple(shapes[i]), node.dtype.str)     # dtype.str: hashing dtype objects is slow
         dying = [b for b in dying_at.get(step, ()) if b in plan.slot]
-        elementwise = REGISTRY[node.op].has(ELEMENTWISE)
+        elementwise = REGISTRY[node.op].has(ELEMENTWISE) and inplace_safe(node.op)
         usable = enable and i not in escaping and accepts_out(node.op)
         if usable and elementwise:
             # An operand that dies here can take the result in place (ufuncs handle exact overlap).
@@ -170,6 +176,14 @@ def specialize(graph, order, shapes):
             lead, kept = unstretched_axes(shapes[node.inputs[0]], shapes[node.inputs[1]])
             if not lead and not kept:    # nothing was stretched at these sizes: the gradient passes as is
                 node = node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
+        elif node.inputs and REGISTRY[op].has(ELEMENTWISE) and all(nodes[j].op == "constant" for j in node.inputs) \
+                and math.prod(shape) <= 64:
+            # Constants made from run-time sizes (1/N of a mean's gradient) fold once per plan.
+            with np.errstate(all="ignore"):
+                value = np.asarray(REGISTRY[op].kernel(*(nodes[j].value for j in node.inputs), **node.attrs),
+                                   dtype=node.dtype)
+            value.setflags(write=False)
+            node = node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape)
         elif op == "split":
             axis, part = node.attrs["axis"], node.attrs["part"]
             refs = node.inputs[1:]

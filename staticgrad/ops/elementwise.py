@@ -34,8 +34,24 @@ def sigmoid_kernel(x):
     return np.where(x >= 0, r, e * r)
 
 
-def relu_kernel(x):
-    return np.maximum(x, 0)
+def relu_kernel(x, out=None):
+    return np.maximum(x, 0, out=out)
+
+
+relu_kernel.accepts_out = True     # the executor may hand it a reusable buffer
+relu_kernel.inplace_safe = True    # one pass: out may be its own input
+
+
+def where_kernel(cond, x, y, out=None):
+    """numpy.where, writing into ``out`` when given (numpy.where itself always allocates)."""
+    if out is None:
+        return np.where(cond, x, y)
+    np.copyto(out, y)
+    np.copyto(out, x, where=cond)
+    return out
+
+
+where_kernel.accepts_out = True    # but not in place: out is written before x is read
 
 
 def softplus_kernel(x):
@@ -148,7 +164,7 @@ def _where_vjp(g, out, cond, x, y):
     return None, where(cond, g, 0), where(cond, 0, g)
 
 
-defop("where", np.where, _where_spec, _where_vjp, ELEMENTWISE)
+defop("where", where_kernel, _where_spec, _where_vjp, ELEMENTWISE)
 
 
 def where(cond, x, y):
