@@ -397,3 +397,17 @@ def test_tiny_float_graphs_run_as_scalar_code():
     for a, b in zip(got, want(X)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     assert "np.array" in fn.source and "matmul" not in fn.source.split("return")[0]
+
+
+def test_multi_pass_kernels_never_write_over_their_own_operand():
+    # where(c, x, y) with out= writes y first: its buffer must not be x's even when x dies right there
+    x = sg.placeholder((64, 8), name="x")
+    W = sg.parameter(np.linspace(-1, 1, 64).reshape(8, 8), name="W")
+    h = sg.relu(sg.tanh(x @ W) - 0.1)
+    loss = sg.sum(sg.square(h))
+    (gW,) = sg.grad(loss, [W])
+    X = np.linspace(-2, 2, 512).reshape(64, 8)
+    got = sg.compile(gW, inputs=[x])(X)
+    want = sg.compile(gW, inputs=[x], optimize=False)
+    want._memory_planning = False
+    np.testing.assert_allclose(got, want(X), rtol=1e-12)
