@@ -20,7 +20,8 @@ SHAPE_REF = 16       # inputs after the first are read only for their runtime sh
 
 REGISTRY: dict[str, "OpDef"] = {}
 
-# Set by staticgrad.eager: called as hook(opdef, inputs, attrs) when any input is an eager tensor.
+# Set by staticgrad.eager: called as hook(opdef, inputs, attrs) when any input is an eager tensor
+# (one whose class says ``_eager = True``).
 EAGER_HOOK = None
 
 
@@ -53,7 +54,7 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     """Make the tensor ``name(*inputs, **attrs)``, checking shapes now so errors point at the user's line."""
     opdef = REGISTRY[name]
     attrs = attrs or {}
-    if EAGER_HOOK is not None and any(type(x) is not Tensor for x in inputs):
+    if EAGER_HOOK is not None and any(getattr(x, "_eager", False) for x in inputs):
         return EAGER_HOOK(opdef, inputs, attrs)
     source = source or user_frame()
     try:
