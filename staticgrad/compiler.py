@@ -83,7 +83,7 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None, back
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes
-        graph, rows = passes_mod.run_pipeline(graph, pipeline)
+        graph, rows = passes_mod.run_pipeline(graph, pipeline, lazy_costs=True)
         graph.assign_roles()
     return link(graph, single, rows, unoptimized, backend=backend)
 

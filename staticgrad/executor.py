@@ -342,7 +342,8 @@ class Function:
             summary.update({"peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned,
                             "workspace_slots": len(memory.slots), "in_place": memory.inplace,
                             "plan_shapes": [self._last.shapes[i] for i in self.ir.inputs]})
-        return Report(self._rows, summary)
+        from .passes import finish_rows
+        return Report(finish_rows(self._rows), summary)
 
     def to_dot(self, stage="optimized", **kwargs):
         from .dot import to_dot

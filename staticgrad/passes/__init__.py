@@ -55,12 +55,37 @@ def _costs(graph):
         return {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
 
 
-def run_pipeline(graph, passes):
-    """Run ``passes`` in order; returns the final graph and one ledger row per pass."""
+class _LazyCosts:
+    """FLOPs and peak bytes of one pass's result, worked out when a report first asks (compiling stays
+    fast; graphs after passes that changed nothing share one)."""
+
+    def __init__(self, graph):
+        self.graph, self.values = graph, None
+
+    def get(self):
+        if self.values is None:
+            self.values, self.graph = _costs(self.graph), None
+        return self.values
+
+
+def finish_rows(rows):
+    """Rows with their costs filled in (done once, in place), as Function.report() returns them."""
+    for row in rows:
+        lazy = row.pop("costs", None)
+        if lazy is not None:
+            row.update(lazy.get())
+    return rows
+
+
+def run_pipeline(graph, passes, lazy_costs=False):
+    """Run ``passes`` in order; returns the final graph and one ledger row per pass.
+
+    With ``lazy_costs`` the rows' FLOPs and peak bytes are left for ``finish_rows`` to work out.
+    """
     rows = []
-    previous = None
+    previous, after = None, None
     for fn in resolve(passes):
-        before = graph.op_counts()
+        before = after if after is not None else graph.op_counts()
         n_before = len(graph.nodes)
         ops_before = {i: n.op for i, n in graph.nodes.items()}
         start = time.perf_counter()
@@ -69,7 +94,7 @@ def run_pipeline(graph, passes):
         graph, stats = result if isinstance(result, tuple) else (result, None)
         after = graph.op_counts()
         if previous is None or (stats is not None and stats.changed) or after != before:
-            previous = _costs(graph)
+            previous = _LazyCosts(graph)
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
@@ -79,13 +104,13 @@ def run_pipeline(graph, passes):
             "removed": {op: n - after.get(op, 0) for op, n in before.items() if n > after.get(op, 0)},
             "added": {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)},
             "fixed_point": stats.fixed_point if stats is not None else True,
-            **previous,
+            "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
             "removed_ids": sorted(set(ops_before) - set(graph.nodes)),
             "added_ids": sorted(set(graph.nodes) - set(ops_before)),
             "replaced_ids": sorted(i for i, n in graph.nodes.items() if i in ops_before and ops_before[i] != n.op),
         })
-    return graph, rows
+    return graph, (rows if lazy_costs else finish_rows(rows))
 
 
 from .bisect import bisect  # noqa: E402  (bisect runs the pipeline defined above)
