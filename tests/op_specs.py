@@ -437,4 +437,16 @@ spec("softmax_cross_entropy", sg.softmax_cross_entropy, inputs(normal(2, 2, 3), 
 spec("softmax_cross_entropy", sg.softmax_cross_entropy, inputs(normal(3), ints(0, 3)), _sce_ref, tag="1d-logits",
      dynamic=False)
 
+
+def _sce_grad_ref(z, t):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    return (p - np.eye(z.shape[-1])[t]) / t.size
+
+
+spec("softmax_cross_entropy_grad", lambda z, t: apply("softmax_cross_entropy_grad", (z, t)),
+     inputs(normal(4, 3), ints(0, 3, 4)), _sce_grad_ref)
+spec("softmax_cross_entropy_grad", lambda z, t: apply("softmax_cross_entropy_grad", (z, t)),
+     inputs(normal(2, 2, 3), ints(0, 3, 2, 2)), _sce_grad_ref, tag="3d")
+
 OP_SPECS: list[OpSpec] = SPECS

@@ -86,16 +86,33 @@ def _sce_spec(inputs):
 
 
 def _sce_vjp(g, out, logits, labels):
+    # The fused pair: (softmax(z) - onehot(t)) / N in one kernel, scaled by the incoming gradient.
+    return apply("softmax_cross_entropy_grad", (logits, labels)) * g, None
+
+
+def _sce_grad_kernel(logits, labels):
+    _check_labels(labels, logits.shape[-1])
+    probs = _softmax_kernel(logits, (logits.ndim - 1,))
+    np.put_along_axis(probs, labels[..., None], np.take_along_axis(probs, labels[..., None], axis=-1) - 1,
+                      axis=-1)
+    probs /= max(labels.size, 1)
+    return probs
+
+
+def _sce_grad_vjp(g, out, logits, labels):
+    # d/dz of (softmax(z) - onehot) / N, applied to g: softmax's VJP, divided by N.
     if None in labels.shape:
         n = apply("size", (labels,), {"axis": tuple(range(labels.ndim)), "dtype": logits.dtype})
     else:
         from ..tensor import constant
         n = constant(max(int(np.prod(labels.shape)), 1), dtype=logits.dtype)
     probs = softmax(logits, axis=-1)
-    return (probs - apply("one_hot", (labels, logits))) * (g / n), None
+    return probs * (g - sum(g * probs, axis=-1, keepdims=True)) / n, None
 
 
 defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp)
+defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
+      _sce_grad_vjp, doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
 
 
 def softmax_cross_entropy(logits, labels):
