@@ -89,6 +89,9 @@ def run(graph):
         if node.op in LEAVES:
             return node.id
         inputs = [new.nodes[i] for i in node.inputs]
+        if not any(x.op == "constant" or x.op in BROADCASTS for x in inputs) and node.op not in SHAPE_ONLY \
+                and not REGISTRY[node.op].has(SHAPE_REF):
+            return node.id          # the common case: nothing constant to fold here
         value = evaluate(node, inputs)
         if value is not None:
             new.add(node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape,

@@ -39,6 +39,15 @@ def run(graph):
     """
     seen = {}
     merged = 0
+    keys = {}          # id(attrs dict) -> key: copies of a node share their attrs dict
+
+    def key_of(attrs):
+        if not attrs:
+            return ()
+        k = keys.get(id(attrs))
+        if k is None:
+            k = keys[id(attrs)] = (attrs_key(attrs), attrs)     # keep attrs alive so its id stays unique
+        return k[0]
 
     def visit(new, node):
         nonlocal merged
@@ -50,7 +59,7 @@ def run(graph):
             inputs = tuple(node.inputs)
             if REGISTRY[node.op].has(COMMUTATIVE):
                 inputs = tuple(sorted(inputs))
-            key = (node.op, inputs, attrs_key(node.attrs))
+            key = (node.op, inputs, key_of(node.attrs))
         twin = seen.get(key)
         if twin is None:
             seen[key] = node.id
