@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from . import scalar_math
+
 # One scalar expression per op, over the operands' scalar values {0}, {1}, {2}.
 SCALAR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -152,31 +154,4 @@ def kernel_source(graph, region, shapes, name="kernel") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _sigmoid(x):
-    e = math.exp(-abs(x))
-    r = 1.0 / (1.0 + e)
-    return r if x >= 0 else e * r
-
-
-def _softplus(x):
-    return math.log1p(math.exp(-abs(x))) + (x if x > 0.0 else 0.0)
-
-
-def _maximum(a, b):
-    return a if (a >= b or a != a) else b
-
-
-def _minimum(a, b):
-    return a if (a <= b or a != a) else b
-
-
-def _sign(a):
-    if a > 0:
-        return 1.0
-    if a < 0:
-        return -1.0
-    return a    # 0.0, -0.0 and nan keep themselves, as numpy.sign does
-
-
-HELPERS = {"sigmoid": _sigmoid, "softplus": _softplus, "maximum": _maximum, "minimum": _minimum,
-           "sign": _sign, "math": math, "np": np}
+HELPERS = dict(scalar_math.FUNCTIONS, math=math, np=np)

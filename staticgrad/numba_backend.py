@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from . import fuse
+from . import fuse, scalar_math
 from .codegen import generate
 
 _KERNELS = {}          # source -> compiled kernel, shared by every function in this process
@@ -30,8 +30,8 @@ def _compile_kernel(source):
         import numba
         namespace = dict(fuse.HELPERS)
         # numpy's division-by-zero semantics (inf/nan), not Python's exception.
-        for name in ("sigmoid", "softplus", "maximum", "minimum", "sign"):
-            namespace[name] = numba.njit(fuse.HELPERS[name], cache=False, error_model="numpy")
+        for name, fn in scalar_math.FUNCTIONS.items():
+            namespace[name] = numba.njit(fn, cache=False, error_model="numpy")
         exec(compile(source, "<staticgrad fused kernel>", "exec"), namespace)
         kernel = numba.njit(namespace["kernel"], error_model="numpy")
         _KERNELS[source] = kernel

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from . import scalar_math
+
 MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 
 _UNARY = {
@@ -39,32 +41,9 @@ SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | {
     "stack", "getitem_grad", "constant", "placeholder", "parameter"}
 
 
-def _sigmoid(x):
-    e = math.exp(-abs(x))
-    r = 1.0 / (1.0 + e)
-    return r if x >= 0 else e * r
-
-
-def _softplus(x):
-    return math.log1p(math.exp(-abs(x))) + (x if x > 0.0 else 0.0)
-
-
-def _maximum(a, b):
-    return a if (a >= b or a != a) else b
-
-
-def _minimum(a, b):
-    return a if (a <= b or a != a) else b
-
-
-def _sign(a):
-    return float((a > 0) - (a < 0)) if a == a else a
-
-
-HELPERS = {"exp": math.exp, "log": math.log, "log1p": math.log1p, "expm1": math.expm1, "sqrt": math.sqrt,
-           "sin": math.sin, "cos": math.cos, "tanh": math.tanh, "pow": math.pow, "sigmoid": _sigmoid,
-           "softplus": _softplus, "maximum": _maximum, "minimum": _minimum, "sign": _sign, "np": np,
-           "inf": math.inf, "nan": math.nan}
+HELPERS = dict(scalar_math.FUNCTIONS, exp=math.exp, log=math.log, log1p=math.log1p, expm1=math.expm1,
+               sqrt=math.sqrt, sin=math.sin, cos=math.cos, tanh=math.tanh, pow=math.pow, np=np,
+               inf=math.inf, nan=math.nan)
 
 
 class Unsupported(Exception):

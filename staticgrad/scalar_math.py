@@ -1,0 +1,31 @@
+"""numpy's elementwise semantics for one Python float at a time (used by scalar code and fused loops)."""
+import math
+
+
+def sigmoid(x):
+    e = math.exp(-abs(x))        # never overflows, as in the numpy kernel
+    r = 1.0 / (1.0 + e)
+    return r if x >= 0 else e * r
+
+
+def softplus(x):
+    return math.log1p(math.exp(-abs(x))) + (x if x > 0.0 else 0.0)
+
+
+def maximum(a, b):
+    return a if (a >= b or a != a) else b      # a nan on either side wins, as in numpy.maximum
+
+
+def minimum(a, b):
+    return a if (a <= b or a != a) else b
+
+
+def sign(a):
+    if a > 0:
+        return 1.0
+    if a < 0:
+        return -1.0
+    return a    # 0.0, -0.0 and nan keep themselves, as numpy.sign does
+
+
+FUNCTIONS = {"sigmoid": sigmoid, "softplus": softplus, "maximum": maximum, "minimum": minimum, "sign": sign}
