@@ -207,7 +207,7 @@ class Function:
         Tiny plans run as Python scalar code instead (see scalarize.eligible), checked on these feeds.
         """
         ir, order = self.ir, self._order
-        shapes = concrete_shapes(ir, order, key)
+        shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
         memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
         program = generate(concrete, order, self._param_ids, ir.inputs, memory)

@@ -27,14 +27,16 @@ class _Spec:
         self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
 
 
-def concrete_shapes(graph, order, feed_shapes) -> dict:
+def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
     """Every node's shape for these placeholder shapes (the static rules run again on exact sizes)."""
     specs = {}
-    for node_id, shape in zip(graph.inputs, feed_shapes):
+    feed_dtypes = feed_dtypes or [None] * len(feed_shapes)
+    for node_id, shape, given in zip(graph.inputs, feed_shapes, feed_dtypes):
         node = graph.nodes[node_id]
         if len(shape) != len(node.shape) or any(d is not None and d != s for d, s in zip(node.shape, shape)):
+            given = f" (dtype {given})" if given is not None else ""
             raise FeedError(f"placeholder {node.label()!r}: expected shape {format_shape(node.shape)} (dtype "
-                            f"{node.dtype}), got shape {format_shape(shape)}")
+                            f"{node.dtype}), got shape {format_shape(shape)}{given}")
         specs[node_id] = _Spec(shape, node.dtype)
     for i in order:
         node = graph.nodes[i]
