@@ -12,7 +12,7 @@ from . import stable
 from .graph import to_digraph
 from .rewrite import rewrite_tensors
 from .ops.registry import ELEMENTWISE, REGISTRY, apply
-from .tensor import GradError, Tensor, building, format_shape, user_frame
+from .tensor import GradError, Tensor, building, format_shape, gc_paused, user_frame
 
 
 def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
@@ -102,7 +102,8 @@ def grad(y, wrt, grad_output=None):
                                 f"shape {format_shape(y.shape)} (at {source})") from None
             if seed.shape != y.shape:
                 seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
-        adjoint, sweep = _reverse_sweep(y, wrt, seed)
+        with gc_paused():
+            adjoint, sweep = _reverse_sweep(y, wrt, seed)
         return _results(wrt, adjoint, single, sweep, y)
 
 

@@ -7,7 +7,7 @@ from . import passes as passes_mod
 from .executor import Function
 from .graph import Graph
 from .ops.registry import as_tensor, broadcast_shapes
-from .tensor import ShapeError, StaticgradError, Tensor, format_shape, user_frame
+from .tensor import ShapeError, StaticgradError, Tensor, format_shape, gc_paused, user_frame
 
 
 def _normalize_updates(updates, source):
@@ -54,7 +54,11 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None, back
     pipeline (pass functions or names); ``optimize=False`` runs none. ``backend="numba"`` (optional
     extra) compiles each elementwise region of a plan into one loop.
     """
-    source = user_frame()
+    with gc_paused():
+        return _compile(outputs, inputs, updates, optimize, passes, backend, user_frame())
+
+
+def _compile(outputs, inputs, updates, optimize, passes, backend, source):
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     for o in outs:

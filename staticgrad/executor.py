@@ -8,7 +8,7 @@ from . import scalarize
 from .codegen import generate
 from .graph import Graph
 from .plan import concrete_shapes, plan_memory, specialize
-from .tensor import FeedError, StaticgradError, Tensor, format_shape
+from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
 
 
 class ExecutionError(StaticgradError):
@@ -206,6 +206,10 @@ class Function:
 
         Tiny plans run as Python scalar code instead (see scalarize.eligible), checked on these feeds.
         """
+        with gc_paused():
+            return self._build_plan(key, feeds)
+
+    def _build_plan(self, key, feeds):
         ir, order = self.ir, self._order
         shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)

@@ -5,6 +5,7 @@ operator methods (``+``, ``@``, ``.sum`` ...) to :class:`Tensor` when it is impo
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import sys
@@ -72,6 +73,22 @@ def building(role=None, adjoint_of=None, rule=None):
         yield
     finally:
         CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule = saved
+
+
+@contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector while a large graph is built or rewritten.
+
+    Graphs are acyclic trees of small objects: the collector's full passes over them find nothing and,
+    run again and again as millions of nodes are created, make large builds superlinear.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def user_frame() -> str:
