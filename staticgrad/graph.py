@@ -123,15 +123,21 @@ class Graph:
         """
         new = Graph(inputs=self.inputs)
         mapping = {}
+        moved = False            # until a node is replaced, every input maps to itself
+        nodes = new.nodes
         for node in self.nodes.values():
-            inputs = node.inputs
-            for i in inputs:
-                if mapping[i] != i:
-                    node = node.copy(inputs=[mapping[j] for j in inputs])
-                    break
+            if moved:
+                inputs = node.inputs
+                for i in inputs:
+                    if mapping[i] != i:
+                        node = node.copy(inputs=[mapping[j] for j in inputs])
+                        break
             result = visit(new, node)
-            if result == node.id and result not in new.nodes:
-                new.add(node)
+            if result == node.id:
+                if result not in nodes:
+                    nodes[result] = node
+            else:
+                moved = True
             mapping[node.id] = result
         new.outputs = [mapping[o] for o in self.outputs]
         new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
