@@ -17,7 +17,7 @@ from .ops.registry import REGISTRY, VIEW
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _KEYWORD_OUT = (np.maximum, np.minimum)      # numpy deprecates a positional out for these two
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
-_RESERVED = re.compile(r"^[vcawk]\d+$|^[a-z_0-9]+_\d+$")   # the shapes of generated names
+_RESERVED = re.compile(r"^[vcawkr]\d+$|^[a-z_0-9]+_\d+$")   # the shapes of generated names
 
 
 def _is_literal(value) -> bool:
@@ -148,14 +148,17 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         names[i] = var
         args = [names[j] for j in node.inputs]
         slot = memory.slot.get(i) if memory is not None else None
+        out = slots[slot] if slot is not None else None
+        if memory is not None and i in memory.fixed_out:
+            out = ns.bind("r", memory.fixed_out[i])
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
-        if slot is not None:
+        if out is not None:
             kernel = REGISTRY[node.op].kernel
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:
-                args.append(slots[slot])     # positional out: ~10% cheaper per call on tiny arrays
+                args.append(out)     # positional out: ~10% cheaper per call on tiny arrays
             else:
-                args.append(f"out={slots[slot]}")
+                args.append(f"out={out}")
         else:
             temps.add(var)
         lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import scalarize
+from . import batching, scalarize
 from .codegen import generate
 from .graph import Graph
 from .plan import concrete_shapes, plan_memory, specialize
@@ -213,8 +213,14 @@ class Function:
         ir, order = self.ir, self._order
         shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
-        memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
-        program = generate(concrete, order, self._param_ids, ir.inputs, memory)
+        batched = batching.batch(concrete, order, dict(shapes)) if self._memory_planning else None
+        if batched is not None:
+            memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out)
+            program = generate(batched.graph, batched.order, self._param_ids, ir.inputs, memory)
+            program.batched = len(batched.groups)
+        else:
+            memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
+            program = generate(concrete, order, self._param_ids, ir.inputs, memory)
         program.shapes = shapes
         if self._backend == "numba":
             from .numba_backend import fused_program

@@ -80,11 +80,15 @@ class MemoryPlan:
         self.peak_planned = 0     # bytes: workspace + fresh intermediates live at once, at the worst step
         self.peak_unplanned = 0   # bytes: every intermediate kept until the call returns
         self.inplace = 0          # results written over an operand that died at that step
+        self.fixed_out = {}       # node id -> the buffer its kernel writes into (batched rows)
 
 
-def plan_memory(graph, order, shapes, enable=True) -> MemoryPlan:
+def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan:
+    """Lifetimes and workspace slots for ``graph`` in ``order``; nodes in ``fixed_out`` already have
+    their own buffer (batching's stacked rows) and take no part in the slot pool."""
     nodes = graph.nodes
     plan = MemoryPlan()
+    plan.fixed_out = dict(fixed_out or {})
     # Views share their input's memory: a value's storage lives as long as any view of it.
     base = {}
     for i in order:
@@ -114,7 +118,7 @@ def plan_memory(graph, order, shapes, enable=True) -> MemoryPlan:
     sizes = {}
     for step, i in enumerate(order):
         node = nodes[i]
-        if node.op in LEAVES or base[i] != i:
+        if node.op in LEAVES or base[i] != i or i in plan.fixed_out:
             continue
         size = nbytes(shapes[i], node.dtype)
         sizes[i] = size

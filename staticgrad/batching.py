@@ -1,0 +1,177 @@
+"""Horizontal batching: many independent small elementwise ops of one kind become one numpy call.
+
+On arrays of a few numbers a numpy call costs its fixed overhead, whatever it computes. A graph that
+repeats a cell (an unrolled chain, an RNN) holds many ops that do the same thing to different, already
+computed values, e.g. the ``cos(h_i)`` and ``1 - o_i**2`` of every cycle in the backward pass. When the
+values they read are rows of one buffer (their producers write there through ``out=``), a single call over
+the stacked buffer computes them all, and each op's result is a row of the output buffer, a view bound
+once per plan. Only the genuinely sequential part of the graph is left as one call per op.
+
+Works on a plan's concrete graph; results are identical to computing each op on its own (same ufunc, same
+values, elementwise).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .graph import Graph, Node
+from .ops.registry import REGISTRY, VIEW
+
+MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
+MIN_BATCH = 4
+
+
+class Batched:
+    """The result: a graph with batched nodes, its order, and the buffers results are written into."""
+
+    def __init__(self, graph, order, fixed_out, groups, shapes):
+        self.graph, self.order, self.fixed_out, self.groups = graph, order, fixed_out, groups
+        self.shapes = shapes      # concrete shapes, the batched nodes' included
+
+
+def _batchable(node, shapes):
+    kernel = REGISTRY[node.op].kernel if node.op in REGISTRY else None
+    return (isinstance(kernel, np.ufunc) and not node.attrs and node.dtype.kind == "f"
+            and 0 < math.prod(shapes[node.id]) <= MAX_SIZE)
+
+
+def batch(graph, order, shapes):
+    """Batch what can be batched in ``graph`` (a plan's concrete graph); None when nothing is."""
+    nodes = graph.nodes
+    pos = {i: k for k, i in enumerate(order)}
+    escaping = set()
+    for i in list(graph.outputs) + [e for _, e in graph.updates] + [p for p, _ in graph.updates]:
+        # A returned value, and everything a returned view shows, must stay out of the shared buffers.
+        escaping.add(i)
+        while nodes[i].inputs and REGISTRY[nodes[i].op].has(VIEW):
+            i = nodes[i].inputs[0]
+            escaping.add(i)
+    eff = dict(pos)       # where each value is computed: a batched op's members all move to its position
+
+    def ready(i):
+        return max((eff[j] for j in nodes[i].inputs), default=-1)
+    row_of = {}           # producer id -> (buffer key, row)
+    buffers = {}          # buffer key -> [member ids in row order]
+    fixed_out = {}        # node id -> array the kernel writes into
+    groups = []           # (first member position, batched node, members)
+
+    def stackable(i, shape, dtype):
+        n = nodes[i]
+        return (i not in row_of and i not in escaping and n.inputs and _batchable(n, shapes)
+                and not REGISTRY[n.op].has(VIEW) and tuple(shapes[i]) == tuple(shape) and n.dtype == dtype)
+
+    by_kind = {}
+    for i in order:
+        n = nodes[i]
+        if not n.inputs or i in escaping or not _batchable(n, shapes):
+            continue
+        kinds = tuple(("c", j) if nodes[j].op == "constant" else ("v",) for j in n.inputs)
+        by_kind.setdefault((n.op, n.dtype.str, tuple(shapes[i]), kinds), []).append(i)
+
+    for (op, _, shape, kinds), members in by_kind.items():
+        if len(members) < MIN_BATCH:
+            continue
+        members.sort(key=pos.get)
+        first = members[0]
+        chosen = [m for m in members if ready(m) < pos[first] and m not in row_of]
+        chosen = _consistent(chosen, kinds, nodes, row_of, stackable, shape, nodes[first].dtype)
+        if len(chosen) < MIN_BATCH:
+            continue
+        inputs = []
+        for k, kind in enumerate(kinds):
+            column = [nodes[m].inputs[k] for m in chosen]
+            if kind[0] == "c" or len(set(column)) == 1:
+                inputs.append(column[0])
+                continue
+            key = row_of[column[0]][0] if column[0] in row_of else _new_buffer(column, buffers, row_of)
+            rows = [row_of[j][1] for j in column]
+            inputs.append((key, rows[0], rows[-1] + 1))
+        groups.append((pos[first], op, shape, nodes[first], chosen, inputs))
+        key = ("out", first)
+        buffers[key] = list(chosen)
+        for r, m in enumerate(chosen):
+            row_of[m] = (key, r)
+            eff[m] = pos[first]
+
+    if not groups:
+        return None
+    return _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out)
+
+
+def _consistent(chosen, kinds, nodes, row_of, stackable, shape, dtype):
+    """The longest prefix-free run of ``chosen`` whose varying inputs can be rows of one buffer, in order."""
+    for k, kind in enumerate(kinds):
+        if kind[0] == "c" or not chosen:
+            continue
+        column = [nodes[m].inputs[k] for m in chosen]
+        if len(set(column)) == 1:
+            continue
+        if column[0] in row_of:
+            key = row_of[column[0]][0]
+            keep, expect = [], None
+            for m, j in zip(chosen, column):
+                if j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect):
+                    keep.append(m)
+                    expect = row_of[j][1] + 1
+            chosen = keep
+        else:
+            keep, seen = [], set()
+            for m, j in zip(chosen, column):
+                if stackable(j, shape, dtype) and j not in seen:
+                    keep.append(m)
+                    seen.add(j)
+            chosen = keep
+    return chosen
+
+
+def _new_buffer(column, buffers, row_of):
+    key = ("in", column[0])
+    buffers[key] = list(column)
+    for r, j in enumerate(column):
+        row_of[j] = (key, r)
+    return key
+
+
+def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out):
+    nodes = dict(graph.nodes)
+    arrays = {}
+    for key, members in buffers.items():
+        first = graph.nodes[members[0]]
+        arrays[key] = np.zeros((len(members),) + tuple(shapes[members[0]]), dtype=first.dtype)
+    # Producers whose results are read stacked write straight into their row.
+    for key, members in buffers.items():
+        if key[0] == "in":
+            for r, j in enumerate(members):
+                fixed_out[j] = arrays[key][r]
+    insert_at = {}
+    for position, op, shape, template, chosen, inputs in groups:
+        ids = []
+        for item in inputs:
+            if isinstance(item, tuple):
+                key, start, stop = item
+                view = Node("constant", (), {}, arrays[key][start:stop].shape, template.dtype,
+                            value=arrays[key][start:stop], source=template.source, role=template.role)
+                nodes[view.id] = view
+                shapes[view.id] = view.shape
+                ids.append(view.id)
+                insert_at.setdefault(position, []).append(view.id)
+            else:
+                ids.append(item)
+        out = arrays[("out", chosen[0])]
+        batched = Node(op, ids, {}, out.shape, template.dtype, role=template.role, source=template.source,
+                       scope=template.scope, rule=f"{len(chosen)} x {op}, batched")
+        nodes[batched.id] = batched
+        shapes[batched.id] = out.shape
+        fixed_out[batched.id] = out
+        insert_at.setdefault(position, []).append(batched.id)
+        for r, m in enumerate(chosen):
+            row = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[r])
+            nodes[m] = row
+    new_order = []
+    for k, i in enumerate(order):
+        new_order.extend(insert_at.get(k, ()))
+        new_order.append(i)
+    new = Graph(nodes, graph.outputs, graph.updates, graph.inputs)
+    return Batched(new, new_order, fixed_out, groups, shapes)

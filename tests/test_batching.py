@@ -1,0 +1,78 @@
+"""Horizontal batching: independent small elementwise ops of one kind run as one numpy call."""
+import numpy as np
+
+import staticgrad as sg
+from staticgrad import batching
+
+
+def chain(size, cycles, extra_outputs=False):
+    x = sg.placeholder((size,), name="x", requires_grad=True)
+    h, states = x, []
+    for _ in range(cycles):
+        h = sg.tanh(sg.sin(h) * 0.9 + x)
+        states.append(h)
+    loss = sg.sum(h)
+    outs = [loss] + sg.grad(loss, [x])
+    if extra_outputs:
+        outs += [states[2].reshape((2, -1)), states[3]]
+    return x, outs
+
+
+def unbatched(outs, x):
+    fn = sg.compile(outs, inputs=[x])
+    fn._memory_planning = False          # no workspace and no batching: one numpy call per node
+    return fn
+
+
+def test_batched_results_are_bit_identical():
+    x, outs = chain(10, 8)
+    X = np.random.default_rng(0).uniform(-0.2, 0.2, 10)
+    fast = sg.compile(outs, inputs=[x])
+    got = fast(X)
+    for a, b in zip(got, unbatched(outs, x)(X)):
+        np.testing.assert_array_equal(a, b)
+    assert fast._last.batched >= 3          # square, 1 - square and cos of every cycle
+    calls = sum(1 for line in fast.source.splitlines() if "= " in line and "(" in line)
+    assert calls < len(fast.ir.nodes) - 10
+
+
+def test_values_returned_never_live_in_the_shared_buffers():
+    x, outs = chain(4, 6, extra_outputs=True)
+    fn = sg.compile(outs, inputs=[x])
+    X1, X2 = np.full(4, 0.1), np.full(4, -0.15)
+    first = [np.array(v, copy=True) for v in fn(X1)]
+    kept = fn(X1)
+    fn(X2)                                   # a later call must not change what an earlier one returned
+    for a, b in zip(first, kept):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_large_arrays_are_left_alone():
+    x, outs = chain(batching.MAX_SIZE + 1, 6)
+    fn = sg.compile(outs, inputs=[x])
+    fn(np.zeros(batching.MAX_SIZE + 1))
+    assert not getattr(fn._last, "batched", 0)
+
+
+def test_batching_keeps_training_updates_exact():
+    rng = np.random.default_rng(3)
+    x = sg.placeholder((None, 3), name="x")
+    Ws = [sg.parameter(rng.normal(size=(3, 3)) * 0.5, name=f"W{k}") for k in range(5)]
+    h = x
+    for W in Ws:
+        h = sg.tanh(h @ W)
+    loss = sg.mean(sg.square(h))
+    grads = sg.grad(loss, Ws)
+    updates = [(W, W - 0.1 * g) for W, g in zip(Ws, grads)]
+    X = rng.normal(size=(2, 3))
+    start = [W.value.copy() for W in Ws]
+    fast = sg.compile(loss, inputs=[x], updates=updates)
+    fast(X)
+    after_fast = [W.value.copy() for W in Ws]
+    for W, v in zip(Ws, start):
+        W.value = v
+    slow = sg.compile(loss, inputs=[x], updates=updates, optimize=False)
+    slow._memory_planning = False
+    slow(X)
+    for W, v in zip(Ws, after_fast):
+        np.testing.assert_array_equal(W.value, v)
