@@ -64,10 +64,22 @@ defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].sh
       None, NONDIFF | SHAPE_REF, doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
 
 
+def _rows(logits, labels):
+    """Logits as (rows, classes), labels flat, and each row's max made finite (as logsumexp does)."""
+    classes = logits.shape[-1]
+    _check_labels(labels, classes)
+    z = logits.reshape(-1, classes)
+    m = np.max(z, axis=1, keepdims=True)
+    if not np.isfinite(m).all():
+        m = np.where(np.isfinite(m), m, 0)
+    return z, labels.reshape(-1), m
+
+
 def _sce_kernel(logits, labels):
-    _check_labels(labels, logits.shape[-1])
-    lse = _logsumexp_kernel(logits, (logits.ndim - 1,), False)
-    picked = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    z, t, m = _rows(logits, labels)
+    e = np.exp(z - m)
+    lse = np.log(np.sum(e, axis=1)) + m[:, 0]
+    picked = z[np.arange(len(t)), t]
     return np.mean(lse - picked)
 
 
@@ -91,12 +103,12 @@ def _sce_vjp(g, out, logits, labels):
 
 
 def _sce_grad_kernel(logits, labels):
-    _check_labels(labels, logits.shape[-1])
-    probs = _softmax_kernel(logits, (logits.ndim - 1,))
-    np.put_along_axis(probs, labels[..., None], np.take_along_axis(probs, labels[..., None], axis=-1) - 1,
-                      axis=-1)
+    z, t, m = _rows(logits, labels)
+    probs = np.exp(z - m)
+    probs /= np.sum(probs, axis=1, keepdims=True)
+    probs[np.arange(len(t)), t] -= 1
     probs /= max(labels.size, 1)
-    return probs
+    return probs.reshape(logits.shape)
 
 
 def _sce_grad_vjp(g, out, logits, labels):
