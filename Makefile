@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench peers clean
 
 $(BIN)/staticgrad: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,14 @@ demo: $(BIN)/staticgrad
 test: $(BIN)/staticgrad
 	$(BIN)/python -m pytest
 
+# OpenBLAS kernel overrides slow a current numpy: unset them for measuring only, never for tests.
 bench: $(BIN)/staticgrad
-	$(BIN)/staticgrad bench
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/staticgrad bench
+
+# The peers (torch, jax, pytensor) live in their own environment, never in the package's dependencies.
+peers: $(BIN)/staticgrad
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q -e . torch==2.13.0 jax jaxlib pytensor threadpoolctl numba
 
 clean:
-	rm -rf $(VENV) staticgrad-demo
+	rm -rf $(VENV) .venv-peers staticgrad-demo
