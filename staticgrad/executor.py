@@ -148,7 +148,7 @@ class Function:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if kwargs or len(args) != len(self._dtypes) or (args and type(args[0]) is dict):
+        if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)):
             return self._call(self._feeds(args, kwargs))
         return self._fast(*args)
 
