@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 import staticgrad as sg
 from staticgrad.graph import Graph
 from staticgrad.passes import DEFAULT, resolve, pass_name

@@ -22,7 +22,7 @@ from . import data, eager, nn, optim, passes
 __version__ = "0.1.0"
 
 __all__ = [
-    "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
+    "ops", "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
     "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError",
     "add", "sub", "mul", "div", "neg", "pow", "matmul", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos",
     "tanh", "sigmoid", "relu", "abs", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max",

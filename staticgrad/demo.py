@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 
 from . import data, nn, optim
 from .autodiff import grad

@@ -95,16 +95,13 @@ def find_regions(graph, order, shapes, min_nodes=2):
         else:
             new_order.append(i)
     close()
-    small = [r for r in regions if len(r.nodes) < min_nodes]
     regions = [r for r in regions if len(r.nodes) >= min_nodes]
     _connect(graph, regions)
-    del small
     return regions, new_order
 
 
 def _connect(graph, regions):
     """Fill each region's inputs (read from outside) and outputs (read outside, or returned)."""
-    members = {i: r for r in regions for i in r.nodes}
     escaping = set(graph.outputs) | {e for _, e in graph.updates}
     readers = {}
     for node in graph.nodes.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import ShapeError, format_shape
-from .elementwise import cast, equal, exp, log
+from .elementwise import cast, equal, exp
 from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype, normalize_axis
 from .shape import op_axes
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ..ops.registry import ELEMENTWISE, REGISTRY
-from ..rewrite import is_scalar_const, rewrite_graph, same_type, scalar_value
+from ..rewrite import rewrite_graph, same_type, scalar_value
 from ..tensor import ShapeError
 from .stats import PassStats
 
