@@ -62,13 +62,7 @@ class EagerTensor(Tensor):
         if self.inputs:
             raise TypeError(f"only a leaf eager tensor's value can be set, not the result of {self.op} "
                             f"(made at {self.source})")
-        arr = np.asarray(new)
-        if arr.shape != self.shape:
-            raise ShapeError(f"eager tensor {self.label()!r}: expected a value of shape "
-                             f"{format_shape(self.shape)}, got {format_shape(arr.shape)}")
-        if not np.can_cast(arr.dtype, self.dtype, "same_kind"):
-            raise TypeError(f"eager tensor {self.label()!r}: cannot cast {arr.dtype} to {self.dtype}")
-        self._value = np.array(arr, dtype=self.dtype, copy=True)
+        self._value = self.checked_value(new, f"eager tensor {self.label()!r}")
 
     def numpy(self):
         return self._value

@@ -166,13 +166,17 @@ class Tensor:
     def value(self, new):
         if self.op != "parameter":
             raise TypeError(f"only a parameter's value can be set, not a {self.op}'s ({self})")
+        self._value = self.checked_value(new, f"parameter {self.name!r}")
+
+    def checked_value(self, new, what):
+        """``new`` as an owned array of this tensor's shape and dtype, or the error a user should see."""
         arr = np.asarray(new)
         if arr.shape != self.shape:
-            raise ShapeError(f"parameter {self.name!r}: expected a value of shape {format_shape(self.shape)}, "
+            raise ShapeError(f"{what}: expected a value of shape {format_shape(self.shape)}, "
                              f"got {format_shape(arr.shape)}")
         if not np.can_cast(arr.dtype, self.dtype, "same_kind"):
-            raise TypeError(f"parameter {self.name!r}: cannot cast {arr.dtype} to {self.dtype}")
-        self._value = np.array(arr, dtype=self.dtype, copy=True)
+            raise TypeError(f"{what}: cannot cast {arr.dtype} to {self.dtype}")
+        return np.array(arr, dtype=self.dtype, copy=True)
 
     # ----------------------------------------------------------------- display
     def label(self) -> str:

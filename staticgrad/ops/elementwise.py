@@ -1,6 +1,8 @@
 """Elementwise ops: arithmetic, unary math, comparisons, selection."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .registry import COMMUTATIVE, ELEMENTWISE, VIEW, apply, coerce, defop, elementwise_spec, kernel_dtype
@@ -58,7 +60,12 @@ def where_kernel(cond, x, y, out=None):
 
 
 def _is_plus_zero(y) -> bool:
-    return np.size(y) == 1 and np.asarray(y).reshape(()) == 0 and not np.signbit(np.asarray(y).reshape(()))
+    # Runs on every call of a compiled relu gradient: plain Python on the constant, no numpy helpers.
+    try:
+        v = y.item() if isinstance(y, np.ndarray) else y
+    except ValueError:          # more than one element
+        return False
+    return v == 0 and math.copysign(1.0, v) > 0
 
 
 def _same_float_layout(x, cond, out) -> bool:
