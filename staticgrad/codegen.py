@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from .ops.registry import REGISTRY, VIEW
+from .ops.registry import PAIRED, REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _KEYWORD_OUT = (np.maximum, np.minimum)      # numpy deprecates a positional out for these two
@@ -115,10 +115,33 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         for j in nodes[i].inputs:
             last_use[j] = step_of[region_end[i]] if i in region_end else step
     keep = set(graph.outputs) | {e for _, e in graph.updates}
+    paired = _pairs(nodes, order, memory, region_end)
     counter, temps = 0, set()
     for step, i in enumerate(order):
         node = nodes[i]
         if node.op in ("placeholder", "parameter"):
+            continue
+        if i in paired:
+            pair = paired[i]
+            if pair is None:             # computed with its partner, earlier
+                dead = [names[j] for j in dict.fromkeys(node.inputs)
+                        if last_use.get(j) == step and j not in keep and names[j] in temps]
+                if dead:
+                    lines.append(f"    del {', '.join(dead)}")
+                continue
+            kernel, both = pair
+            for j in both:
+                counter += 1
+                names[j] = f"v{counter}"
+                temps.add(names[j])
+            args = ", ".join(names[j] for j in node.inputs)
+            lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind('pair', kernel)}({args})"
+                         f"{_comment(nodes[both[0]])}; one pass with:{_comment(nodes[both[1]])[3:]}")
+            line_nodes[len(lines)] = i
+            dead = [names[j] for j in dict.fromkeys(node.inputs)
+                    if last_use.get(j) == step and j not in keep and names[j] in temps]
+            if dead:
+                lines.append(f"    del {', '.join(dead)}")
             continue
         if node.op == "constant":
             names[i] = ns.bind("c", node.value)
@@ -180,6 +203,33 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     ups = ", ".join(names[e] for _, e in graph.updates)
     lines.append(f"    return [{outs}], [{ups}]")
     return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory)
+
+
+def _pairs(nodes, order, memory, fused):
+    """Nodes computed together by a PAIRED kernel: the earlier one -> (kernel, (a, b)), the later -> None.
+
+    Both must read the same inputs with the same attributes and return fresh arrays (no planned ``out=``),
+    so computing the later one early cannot overwrite memory still in use.
+    """
+    if not PAIRED:
+        return {}
+    wanted = {op for pair in PAIRED for op in pair}
+    seen, paired = {}, {}
+    for i in order:
+        node = nodes[i]
+        if node.op not in wanted or i in fused or (memory is not None and (
+                i in memory.slot or i in memory.fixed_out)):
+            continue
+        key = (tuple(node.inputs), repr(sorted(node.attrs.items())))
+        for (a, b), kernel in PAIRED.items():
+            other = b if node.op == a else a if node.op == b else None
+            j = seen.get((other, key))
+            if j is not None and j not in paired:
+                both = (j, i) if node.op == b else (i, j)
+                paired[j], paired[i] = (kernel, both), None
+                break
+        seen.setdefault((node.op, key), i)
+    return paired
 
 
 def _storage(nodes, i):

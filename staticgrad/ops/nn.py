@@ -6,7 +6,7 @@ import numpy as np
 from ..tensor import ShapeError, format_shape
 from .elementwise import exp
 from .reduce import _logsumexp_kernel, sum
-from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype
+from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, defpair, kernel_dtype
 from .shape import op_axes
 
 
@@ -69,18 +69,46 @@ def _rows(logits, labels):
     classes = logits.shape[-1]
     _check_labels(labels, classes)
     z = logits.reshape(-1, classes)
-    m = np.max(z, axis=1, keepdims=True)
+    m = np.maximum.reduce(z, axis=1, keepdims=True)
     if not np.isfinite(m).all():
         m = np.where(np.isfinite(m), m, 0)
     return z, labels.reshape(-1), m
 
 
-def _sce_kernel(logits, labels):
+def _sce_loss(z, t, m, e, s):
+    # the mean over rows of logsumexp(z) - z[label]; ``e`` = exp(z - m), ``s`` its row sums
+    if not len(t):
+        return np.mean(np.log(s[:, 0]))              # an empty batch: nan, as numpy's mean says
+    lse = np.log(s[:, 0])
+    lse += m[:, 0]
+    lse -= z[np.arange(len(t)), t]
+    return np.add.reduce(lse) / len(t)
+
+
+def _sce_grad_rows(t, e, s, size):
+    # (softmax - onehot) / N, computed in e's memory
+    e /= s
+    e[np.arange(len(t)), t] -= 1
+    e /= max(size, 1)
+    return e
+
+
+def _sce_parts(logits, labels):
     z, t, m = _rows(logits, labels)
     e = np.exp(z - m)
-    lse = np.log(np.sum(e, axis=1)) + m[:, 0]
-    picked = z[np.arange(len(t)), t]
-    return np.mean(lse - picked)
+    return z, t, m, e, np.add.reduce(e, axis=1, keepdims=True)
+
+
+def _sce_kernel(logits, labels):
+    return _sce_loss(*_sce_parts(logits, labels))
+
+
+def _sce_pair_kernel(logits, labels):
+    """The loss and its gradient from one pass over the logits (the generated code calls this when a
+    plan has both, as a training step does)."""
+    z, t, m, e, s = _sce_parts(logits, labels)
+    loss = _sce_loss(z, t, m, e, s)
+    return loss, _sce_grad_rows(t, e, s, labels.size).reshape(logits.shape)
 
 
 def _sce_spec(inputs):
@@ -103,12 +131,8 @@ def _sce_vjp(g, out, logits, labels):
 
 
 def _sce_grad_kernel(logits, labels):
-    z, t, m = _rows(logits, labels)
-    probs = np.exp(z - m)
-    probs /= np.sum(probs, axis=1, keepdims=True)
-    probs[np.arange(len(t)), t] -= 1
-    probs /= max(labels.size, 1)
-    return probs.reshape(logits.shape)
+    z, t, m, e, s = _sce_parts(logits, labels)
+    return _sce_grad_rows(t, e, s, labels.size).reshape(logits.shape)
 
 
 def _sce_grad_vjp(g, out, logits, labels):
@@ -125,6 +149,9 @@ def _sce_grad_vjp(g, out, logits, labels):
 defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp)
 defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
       _sce_grad_vjp, doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
+
+
+defpair("softmax_cross_entropy", "softmax_cross_entropy_grad", _sce_pair_kernel)
 
 
 def softmax_cross_entropy(logits, labels):

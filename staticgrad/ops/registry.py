@@ -20,6 +20,10 @@ SHAPE_REF = 16       # inputs after the first are read only for their runtime sh
 
 REGISTRY: dict[str, "OpDef"] = {}
 
+# Kernels computing two ops on the same inputs in one pass, (op_a, op_b) -> kernel returning (a, b); the
+# code generator calls one where a plan has both (a training step needs a loss and its gradient).
+PAIRED: dict[tuple[str, str], object] = {}
+
 # Set by staticgrad.eager: called as hook(opdef, inputs, attrs) when any input is an eager tensor
 # (one whose class says ``_eager = True``).
 EAGER_HOOK = None
@@ -48,6 +52,10 @@ def defop(name, kernel, infer, vjp=None, flags=0, doc=""):
         flags |= NONDIFF
     REGISTRY[name] = OpDef(name, kernel, infer, vjp, flags, doc)
     return REGISTRY[name]
+
+
+def defpair(first, second, kernel):
+    PAIRED[(first, second)] = kernel
 
 
 def apply(name, inputs, attrs=None, source=None) -> Tensor:
