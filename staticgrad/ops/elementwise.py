@@ -47,11 +47,10 @@ relu_kernel.inplace_safe = True    # one pass: out may be its own input
 def where_kernel(cond, x, y, out=None):
     """numpy.where, writing into ``out`` when given (numpy.where itself always allocates)."""
     if out is not None and _is_plus_zero(y) and _same_float_layout(x, cond, out):
-        # where(c, x, 0) is x with the bits of every unselected element cleared: two branch-free passes
-        # instead of numpy.where's data-dependent one (ten times faster on a random mask), same bits.
+        # where(c, x, 0) is x's bit pattern times 1 or 0, as integers: one branch-free pass instead of
+        # numpy.where's data-dependent one (ten times faster on a random mask), and the same bits.
         ints = np.dtype(f"i{x.dtype.itemsize}")
-        mask = np.subtract(0, cond, dtype=ints)          # all ones where selected, else 0
-        np.bitwise_and(x.view(ints), mask, out=out.view(ints))
+        np.multiply(x.view(ints), cond, out=out.view(ints))
         return out
     if out is None:
         return np.where(cond, x, y)
@@ -73,7 +72,8 @@ def _same_float_layout(x, cond, out) -> bool:
             and np.shape(cond) == out.shape and x.flags.c_contiguous and out.flags.c_contiguous)
 
 
-where_kernel.accepts_out = True    # but not in place: out is written before x is read
+where_kernel.accepts_out = True
+where_kernel.inplace_safe = True   # each element is read before its own slot is written
 
 
 def softplus_kernel(x):
