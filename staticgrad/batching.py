@@ -7,8 +7,13 @@ values they read are rows of one buffer (their producers write there through ``o
 the stacked buffer computes them all, and each op's result is a row of the output buffer, a view bound
 once per plan. Only the genuinely sequential part of the graph is left as one call per op.
 
+The same goes for a running sum ``s1 = a + b1, s2 = s1 + b2, ...`` (autodiff writes one at every fork, e.g.
+the input of an unrolled chain): when each ``b`` is written into a row of one buffer, one ``np.add.reduce``
+over the rows replaces the chain of adds. Reducing over the leading axis adds row after row, in order, so
+the bits are those of the chain.
+
 Works on a plan's concrete graph; results are identical to computing each op on its own (same ufunc, same
-values, elementwise).
+values, elementwise, same order of additions).
 """
 from __future__ import annotations
 
@@ -26,8 +31,9 @@ MIN_BATCH = 4
 class Batched:
     """The result: a graph with batched nodes, its order, and the buffers results are written into."""
 
-    def __init__(self, graph, order, fixed_out, groups, shapes):
+    def __init__(self, graph, order, fixed_out, groups, shapes, folds=()):
         self.graph, self.order, self.fixed_out, self.groups = graph, order, fixed_out, groups
+        self.folds = folds        # (adds, rows) of each running sum computed as one reduction
         self.shapes = shapes      # concrete shapes, the batched nodes' included
 
 
@@ -95,9 +101,82 @@ def batch(graph, order, shapes):
             row_of[m] = (key, r)
             eff[m] = pos[first]
 
-    if not groups:
+    folds = _fold_chains(graph, order, shapes, escaping, row_of, stackable)
+    if not groups and not folds:
         return None
-    return _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out)
+    return _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds)
+
+
+def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
+    """Running sums worth one reduction: lists ``(adds, rows)``; ``rows`` are the summed values in order.
+
+    Every add but the last must feed only the next one; every row must be a constant (its row is filled
+    once) or a distinct elementwise result that can write its row itself.
+    """
+    nodes = graph.nodes
+    users = {}
+    for i in order:
+        for j in dict.fromkeys(nodes[i].inputs):
+            users.setdefault(j, []).append(i)
+
+    def link(i):          # the add that continues a running sum from add ``i``, if any
+        n = nodes[i]
+        if n.op != "add" or i in row_of or not _batchable(n, shapes) or len(n.inputs) != 2:
+            return None
+        after = users.get(i, ())
+        if i in escaping or len(after) != 1:
+            return None
+        t = nodes[after[0]]
+        if (t.op == "add" and t.id not in row_of and _batchable(t, shapes) and t.inputs.count(i) == 1
+                and tuple(shapes[t.id]) == tuple(shapes[i]) and t.dtype == n.dtype):
+            return t.id
+        return None
+
+    nexts = {i: link(i) for i in order if nodes[i].op == "add"}
+    continued = set(nexts.values())
+    taken = set()
+
+    def ok(j, shape, dtype):
+        node = nodes[j]
+        if j in taken:
+            return False
+        if node.op == "constant":
+            return tuple(np.shape(node.value)) == tuple(shape)
+        return stackable(j, shape, dtype)
+
+    folds = []
+    for i in order:
+        if i not in nexts or i in continued or nexts[i] is None:
+            continue
+        chain = [i]
+        while nexts.get(chain[-1]) is not None:
+            chain.append(nexts[chain[-1]])
+        shape, dtype = shapes[i], nodes[i].dtype
+        if math.prod(shape) < 2:
+            continue           # one number per row: numpy would sum the rows pairwise, not in order
+        adds, rows = [], []
+
+        def close():
+            if len(adds) >= MIN_BATCH and len(set(rows)) == len(rows):
+                folds.append((list(adds), list(rows)))
+                taken.update(rows)
+            adds.clear()
+            rows.clear()
+        # An operand that cannot write a row (a leaf, a batched row) ends the fold; the add it feeds is
+        # computed as usual, and the next fold starts from its result.
+        for k, a in enumerate(chain):
+            new = list(nodes[a].inputs) if k == 0 else [j for j in nodes[a].inputs if j != chain[k - 1]]
+            if adds and all(ok(j, shape, dtype) for j in new):
+                adds.append(a)
+                rows.extend(new)
+                continue
+            close()
+            start = new if k == 0 else [chain[k - 1]] + new
+            if (k == 0 or not any(chain[k - 1] in f for f, _ in folds)) and all(ok(j, shape, dtype) for j in start):
+                adds.append(a)
+                rows.extend(start)
+        close()
+    return folds
 
 
 def _consistent(chosen, kinds, nodes, row_of, stackable, shape, dtype):
@@ -134,7 +213,7 @@ def _new_buffer(column, buffers, row_of):
     return key
 
 
-def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out):
+def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=()):
     nodes = dict(graph.nodes)
     arrays = {}
     for key, members in buffers.items():
@@ -169,9 +248,29 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out):
         for r, m in enumerate(chosen):
             row = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[r])
             nodes[m] = row
+    gone = set()
+    pos = {i: k for k, i in enumerate(order)}
+    for adds, rows in folds:
+        last = graph.nodes[adds[-1]]
+        stack = np.zeros((len(rows),) + tuple(shapes[last.id]), dtype=last.dtype)
+        for r, j in enumerate(rows):
+            if graph.nodes[j].op == "constant":
+                stack[r] = graph.nodes[j].value
+            else:
+                fixed_out[j] = stack[r]
+        rows_node = Node("constant", (), {}, stack.shape, last.dtype, value=stack, source=last.source,
+                         role=last.role)
+        nodes[rows_node.id] = rows_node
+        shapes[rows_node.id] = stack.shape
+        insert_at.setdefault(pos[last.id], []).append(rows_node.id)
+        nodes[last.id] = last.copy(op="sum", inputs=[rows_node.id], attrs={"axis": (0,), "keepdims": False})
+        gone.update(adds[:-1])
     new_order = []
     for k, i in enumerate(order):
         new_order.extend(insert_at.get(k, ()))
-        new_order.append(i)
+        if i not in gone:
+            new_order.append(i)
+    for i in gone:
+        del nodes[i]
     new = Graph(nodes, graph.outputs, graph.updates, graph.inputs)
-    return Batched(new, new_order, fixed_out, groups, shapes)
+    return Batched(new, new_order, fixed_out, groups, shapes, folds)

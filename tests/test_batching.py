@@ -76,3 +76,51 @@ def test_batching_keeps_training_updates_exact():
     slow(X)
     for W, v in zip(Ws, after_fast):
         np.testing.assert_array_equal(W.value, v)
+
+
+def _numpy_plan(outs, x):
+    fn = sg.compile(outs, inputs=[x])
+    fn._scalar = False                   # tiny plans would otherwise run as Python float code
+    return fn
+
+
+def _running_sum(size, terms, leaf_at=None):
+    """sum_k sin(x * k) as a chain of adds; with ``leaf_at``, the placeholder itself is one of the terms."""
+    x = sg.placeholder((size,) if size else (), name="x", requires_grad=True)
+    total = sg.sin(x)
+    for k in range(1, terms):
+        total = total + (x if k == leaf_at else sg.sin(x * float(k + 1)))
+    return x, total
+
+
+def test_a_running_sum_is_one_reduction_with_the_chains_bits():
+    rng = np.random.default_rng(5)
+    for size, terms in ((3, 6), (10, 40), (7, 200)):
+        x, total = _running_sum(size, terms)
+        fn = _numpy_plan(total, x)
+        X = rng.normal(size=size) * 1e3
+        got = fn(X)
+        assert fn._last.folds == 1
+        np.testing.assert_array_equal(got, unbatched([total], x)(X)[0])
+
+
+def test_the_running_sums_of_a_chains_gradient_fold():
+    x, outs = chain(10, 12)
+    fn = sg.compile(outs, inputs=[x])
+    X = np.random.default_rng(6).uniform(-0.2, 0.2, 10)
+    got = fn(X)
+    assert fn._last.folds >= 1
+    for a, b in zip(got, unbatched(outs, x)(X)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_leaf_term_splits_the_fold_and_one_number_per_row_does_not_fold():
+    x, total = _running_sum(4, 20, leaf_at=10)
+    fn = _numpy_plan(total, x)
+    X = np.linspace(-1, 1, 4)
+    np.testing.assert_array_equal(fn(X), unbatched([total], x)(X)[0])
+    assert fn._last.folds == 2
+    x, total = _running_sum(None, 20)
+    fn = _numpy_plan(total, x)
+    np.testing.assert_array_equal(fn(0.3), unbatched([total], x)(0.3)[0])
+    assert not getattr(fn._last, "folds", 0)
