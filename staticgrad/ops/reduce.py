@@ -80,10 +80,11 @@ def _logsumexp_vjp(g, out, x, axis, keepdims):
     return (expand_reduced(g, axis, keepdims) * exp(x - expand_reduced(out, axis, keepdims)),)
 
 
-defop("sum", np.sum, _reduce_spec(np.sum), _sum_vjp)
+# The ufuncs' own reduce: what np.sum/np.max/np.min call, without their Python wrappers (3 µs a call).
+defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp)
 defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp)
-defop("max", np.max, _reduce_spec(np.max), _extremum_vjp)
-defop("min", np.min, _reduce_spec(np.min), _extremum_vjp)
+defop("max", np.maximum.reduce, _reduce_spec(np.max), _extremum_vjp)
+defop("min", np.minimum.reduce, _reduce_spec(np.min), _extremum_vjp)
 defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsumexp_vjp)
 
 
