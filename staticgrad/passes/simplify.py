@@ -18,7 +18,11 @@ def _identity_operand(rw, node, neutral, positions=(0, 1)):
 
 def _all_equal(rw, n, value) -> bool:
     v = rw.const_value(n)
-    return v is not None and v.size > 0 and bool(np.all(v == value))
+    if v is None or v.size == 0:
+        return False
+    if v.size == 1:
+        return v.item() == value         # most constants are scalars: no numpy call per node
+    return bool(np.all(v == value))
 
 
 def add_zero(rw, node):
