@@ -135,7 +135,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
                 names[j] = f"v{counter}"
                 temps.add(names[j])
             args = ", ".join(names[j] for j in node.inputs)
-            lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind('pair', kernel)}({args})"
+            lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind(kernel.__name__.strip('_').removesuffix('kernel'), kernel)}({args})"
                          f"{_comment(nodes[both[0]])}; one pass with:{_comment(nodes[both[1]])[3:]}")
             line_nodes[len(lines)] = i
             dead = [names[j] for j in dict.fromkeys(node.inputs)
