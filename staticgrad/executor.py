@@ -272,25 +272,34 @@ class Function:
 
     def _assign(self, new_values, outputs=()):
         # Check every new value before assigning any, so a failing call changes no parameter.
-        # A value also returned to the caller is copied: the caller's array must not be the parameter.
+        # A value the caller or another parameter also holds is copied: a parameter owns its array.
+        held = {id(p._value) for p in self._params}
+        held.update(map(id, outputs))
         checked = []
         for param, k in self._updates:
-            value = np.asarray(new_values[k])
-            if value.shape != param.shape:
-                try:
-                    value = np.broadcast_to(value, param.shape)
-                except ValueError:
-                    raise ExecutionError(f"update of parameter {param.label()!r}: the new value has shape "
-                                         f"{format_shape(value.shape)}, expected "
-                                         f"{format_shape(param.shape)}") from None
-            if value.dtype != param.dtype:
-                value = value.astype(param.dtype)
-            if (not value.flags.owndata or not value.flags.writeable or any(value is o for o in outputs)
-                    or any(value is p._value for p in self._params)):
+            value = new_values[k]
+            if type(value) is not np.ndarray or value.shape != param.shape or value.dtype != param.dtype:
+                value = self._conform(param, value)
+            if id(value) in held or value.base is not None or not value.flags.writeable:
                 value = value.copy()
+            held.add(id(value))
             checked.append((param, value))
         for param, value in checked:
             param._value = value
+
+    @staticmethod
+    def _conform(param, value):
+        value = np.asarray(value)
+        if value.shape != param.shape:
+            try:
+                value = np.broadcast_to(value, param.shape)
+            except ValueError:
+                raise ExecutionError(f"update of parameter {param.label()!r}: the new value has shape "
+                                     f"{format_shape(value.shape)}, expected "
+                                     f"{format_shape(param.shape)}") from None
+        if value.dtype != param.dtype:
+            value = value.astype(param.dtype)
+        return value
 
     def _explain(self, err, program):
         tb = err.__traceback__

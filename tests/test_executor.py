@@ -376,3 +376,17 @@ def test_batch_size_mismatch_at_run_time_is_a_clear_error(rng):
     with pytest.raises(ValueError) as info:
         fn(np.ones((2, 3)), np.ones(3))
     assert "mul" in str(info.value) and "test_executor.py:" in str(info.value)
+
+
+def test_two_updates_with_one_value_leave_two_separate_arrays():
+    a = sg.parameter(np.zeros(3), name="a")
+    b = sg.parameter(np.zeros(3), name="b")
+    x = sg.placeholder((3,), name="x")
+    new = a + x
+    fn = sg.compile(sg.sum(new), inputs=[x], updates=[(a, new), (b, new)])
+    out = fn(np.ones(3))
+    assert a.value is not b.value
+    a.value[0] = 7.0                          # writing one parameter must not change the other
+    np.testing.assert_array_equal(b.value, np.ones(3))
+    out[...] = 0.0
+    np.testing.assert_array_equal(a.value[1:], np.ones(2))
