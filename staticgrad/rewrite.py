@@ -156,11 +156,15 @@ def rewrite_graph(graph: Graph, rules: dict):
     # Rules that undo each other would never settle: bound the work, and then say no fixed point.
     budget = [8 * len(graph.nodes) + 64]
 
+    rw = None
+
     def visit(new, node):
-        nonlocal fired_total
+        nonlocal fired_total, rw
         if node.op not in rules or budget[0] <= 0:
             return node.id
-        rw = IRRewriter(new, rules, budget)
+        if rw is None:
+            rw = IRRewriter(new, rules, budget)     # one per traversal: ``new`` is the same graph throughout
+        rw.fired = 0
         result, fired = apply_rules(rw, node, rules)
         fired_total += fired + rw.fired
         return result.id
