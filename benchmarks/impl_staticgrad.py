@@ -4,20 +4,14 @@ from __future__ import annotations
 import functools
 
 import staticgrad as sg
+from staticgrad.study_workloads import sigmoid_net_graph
 
-from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch
+from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
 
 
 def _build_a(data):
-    x = sg.placeholder((None, 2), name="x")
-    y = sg.placeholder((None,), name="y")
-    params = [sg.parameter(data[k].copy(), name=k) for k in A_PARAM_NAMES]
-    W, b1, U, d, v, b = params
-    h = sg.sigmoid(x @ W.T + b1)
-    g = sg.sigmoid(h @ U.T + d)
-    err = g @ v + b - y
-    loss = sg.mean(err * err)
-    return [x, y], params, loss
+    net = sigmoid_net_graph([data[k] for k in A_PARAM_NAMES])
+    return [net["x"], net["y"]], net["params"], net["loss"]
 
 
 def _build_b(data):
@@ -73,16 +67,12 @@ def prepare(workload, data, backend=None) -> Prepared:
     sw.lap("first_call")
     call = functools.partial(fn, *feeds)
     if kind == "mlp_sgd":
-        initial = [data[k] for k in B_PARAM_NAMES]
+        def put(values):
+            for p, v in zip(wrt, values):
+                p.value = v
 
         def check():
-            for p, v in zip(wrt, initial):
-                p.value = v.copy()
-            loss_value = fn(*feeds)
-            deltas = [p.value - v for p, v in zip(wrt, initial)]
-            for p, v in zip(wrt, initial):
-                p.value = v.copy()
-            return [loss_value] + deltas
+            return sgd_step_check(data, call, lambda: [p.value for p in wrt], put)
     elif kind == "empty":
         def check():
             return [call()]

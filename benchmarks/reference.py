@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared
+from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, sgd_step_check
 
 
 def sigmoid(z):
@@ -99,17 +99,13 @@ def prepare(workload, data) -> Prepared:
         fn = functools.partial(mlp_small, data["X"], data["y"], *(data[k] for k in A_PARAM_NAMES))
         return Prepared("numpy", fn, lambda: list(fn()))
     if kind == "mlp_sgd":
-        initial = {k: data[k] for k in B_PARAM_NAMES}
-        state = {k: v.copy() for k, v in initial.items()}
-        X, t = data["X"], data["t"]
+        state = {k: data[k].copy() for k in B_PARAM_NAMES}
+        step = functools.partial(mlp_sgd_step, state, data["X"], data["t"])
 
         def check():
-            state.update({k: v.copy() for k, v in initial.items()})
-            loss = mlp_sgd_step(state, X, t)
-            deltas = [state[k] - initial[k] for k in B_PARAM_NAMES]
-            state.update({k: v.copy() for k, v in initial.items()})
-            return [loss] + deltas
-        return Prepared("numpy", functools.partial(mlp_sgd_step, state, X, t), check)
+            return sgd_step_check(data, step, lambda: [state[k] for k in B_PARAM_NAMES],
+                                  lambda values: state.update(zip(B_PARAM_NAMES, values)))
+        return Prepared("numpy", step, check)
     if kind == "chain":
         fn = functools.partial(chain_grad, data["x"], workload.cycles)
         return Prepared("numpy", fn, lambda: list(fn()))

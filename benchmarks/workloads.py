@@ -158,6 +158,19 @@ class Prepared:
     notes: dict = field(default_factory=dict)
 
 
+def sgd_step_check(data, step, get, put):
+    """B's check: one SGD ``step`` (returning the loss) from the initial parameters of ``data``; returns
+    [loss] + each parameter's change. ``get()`` returns the parameters as arrays in B_PARAM_NAMES order and
+    ``put(arrays)`` sets them (it receives copies it may keep). The initial values are put back afterwards,
+    so every implementation is timed from the same parameters."""
+    initial = [data[k] for k in B_PARAM_NAMES]
+    put([v.copy() for v in initial])
+    loss = step()
+    deltas = [np.asarray(new) - old for new, old in zip(get(), initial)]
+    put([v.copy() for v in initial])
+    return [loss] + deltas
+
+
 def outputs_close(got, want, rtol):
     """(ok, worst error) comparing two lists of arrays by normwise relative error, array by array."""
     if len(got) != len(want):

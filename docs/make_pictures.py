@@ -6,35 +6,19 @@ gradient flow, name scopes collapsed, and what the optimization passes did.
 """
 import os
 
-import numpy as np
-
 import staticgrad as sg
+from staticgrad.study_workloads import SIGMOID_NET_BATCH, sigmoid_net_graph
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def sigmoid_net():
-    """Worked example 3: h = σ(xW + b1), g = σ(hU + d), ŷ = g·v + b, L = mean((ŷ - y)²)."""
-    x = sg.placeholder((None, 2), name="x")
-    y = sg.placeholder((None,), name="y")
-    with sg.name_scope("layer1"):
-        W = sg.parameter([[.3, .4, .8], [.6, .7, .1]], name="W")
-        b1 = sg.parameter([.2, .5, .9], name="b1")
-        h = sg.sigmoid(x @ W + b1)
-    with sg.name_scope("layer2"):
-        U = sg.parameter([[.7, .5], [.2, .4], [.8, .9]], name="U")
-        d = sg.parameter([.2, .5], name="d")
-        g = sg.sigmoid(h @ U + d)
-    with sg.name_scope("output"):
-        v = sg.parameter([.6, .8], name="v")
-        b = sg.parameter(.3, name="b")
-        yhat = g @ v + b
-    loss = sg.mean((yhat - y) ** 2)
-    loss.name = "L"
-    grads = sg.grad(loss, [W, b1, U, d, v, b])
-    fn = sg.compile([loss] + grads, inputs=[x, y])
-    feeds = {"x": np.array([[3.0, 2.0], [0.5, 1.2]]), "y": np.array([1.5, 0.9])}
-    return fn, feeds
+    """Worked example 3: h = σ(Wx + b1), g = σ(Uh + d), ŷ = v·g + b, L = mean((ŷ - y)²)."""
+    net = sigmoid_net_graph()
+    grads = sg.grad(net["loss"], net["params"])
+    fn = sg.compile([net["loss"]] + grads, inputs=[net["x"], net["y"]])
+    x, y = SIGMOID_NET_BATCH
+    return fn, {"x": x, "y": y}
 
 
 def polynomial():

@@ -14,33 +14,13 @@ from staticgrad.dot import GraphvizNotFound, save_dot, to_dot
 from staticgrad.graph import Node
 from staticgrad.passes import PASSES
 from staticgrad.passes.stats import PassStats
+from staticgrad.study_workloads import sigmoid_net_graph
 from staticgrad.tensor import format_shape
+from tests.worked import example1
 
 needs_graphviz = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
 SVG, XLINK = "{http://www.w3.org/2000/svg}", "{http://www.w3.org/1999/xlink}"
 SHAPES = (SVG + "polygon", SVG + "path", SVG + "ellipse")
-
-
-def network():
-    """Worked example 3 (2-3-2-1 sigmoid network, 20 parameters) in matrix form, one name scope a layer."""
-    x = sg.placeholder((None, 2), name="x")
-    target = sg.placeholder((None,), name="target")
-    with sg.name_scope("layer1"):
-        W = sg.parameter([[.3, .4, .8], [.6, .7, .1]], name="W")
-        b1 = sg.parameter([.2, .5, .9], name="b1")
-        h = sg.sigmoid(x @ W + b1)
-    with sg.name_scope("layer2"):
-        U = sg.parameter([[.7, .5], [.2, .4], [.8, .9]], name="U")
-        d = sg.parameter([.2, .5], name="d")
-        g = sg.sigmoid(h @ U + d)
-    with sg.name_scope("output"):
-        v = sg.parameter([.6, .8], name="v")
-        b = sg.parameter(.3, name="b")
-        yhat = g @ v + b
-    loss = sg.mean((yhat - target) ** 2)
-    loss.name = "L"
-    params = [W, b1, U, d, v, b]
-    return dict(x=x, target=target, h=h, g=g, loss=loss, params=params)
 
 
 def svg_parts(path):
@@ -93,9 +73,9 @@ def expected_clusters(fn):
 
 @pytest.fixture
 def compiled():
-    net = network()
+    net = sigmoid_net_graph()
     grads = sg.grad(net["loss"], net["params"])
-    fn = sg.compile([net["loss"]] + grads, inputs=[net["x"], net["target"]])
+    fn = sg.compile([net["loss"]] + grads, inputs=[net["x"], net["y"]])
     return net, grads, fn
 
 
@@ -132,7 +112,7 @@ def test_saved_values_are_drawn_with_their_size(compiled, tmp_path):
     assert len({e["stroke"] for e in saved}) == 1 and saved[0]["stroke"] not in {e["stroke"] for e in edges
                                                                                  if "saved" not in e["text"]}
     U = net["params"][2]
-    assert any(e["text"] == "saved 48 B" and e["title"].startswith(f"{U.id}->") for e in edges)   # (3, 2) float64
+    assert any(e["text"] == "saved 48 B" and e["title"].startswith(f"{U.id}->") for e in edges)   # (2, 3) float64
     assert any("× ? (unknown dims)" in e["text"] for e in saved)      # h is (None, 3): size per row only
 
 
@@ -170,9 +150,9 @@ def test_targets_and_stages(compiled):
 
 
 def test_update_nodes_get_their_own_cluster_and_assign_edges():
-    net = network()
+    net = sigmoid_net_graph()
     grads = sg.grad(net["loss"], net["params"])
-    step = sg.compile(net["loss"], inputs=[net["x"], net["target"]],
+    step = sg.compile(net["loss"], inputs=[net["x"], net["y"]],
                       updates=[(p, p - 0.1 * g) for p, g in zip(net["params"], grads)])
     dot = to_dot(step, scopes=False)
     clusters = {sub.get_name(): sub for sub in dot.get_subgraph_list()}
@@ -191,7 +171,7 @@ def test_collapse_draws_name_scopes_as_boxes(compiled):
     assert len(everything) == len(loose) + len(groups)
     assert {"scope_forward_layer1", "scope_backward_layer1", "scope_forward_layer2"} <= set(everything)
     box = everything["scope_forward_layer1"].get("label")
-    assert "5 nodes: 1 matmul, 1 add, 1 sigmoid" in box and "W (2, 3), b1 (3,)" in box
+    assert "6 nodes: 1 transpose, 1 matmul, 1 add, 1 sigmoid" in box and "W (3, 2), b1 (3,)" in box
     only = dot_nodes(to_dot(fn, collapse=["layer1"]))
     assert "scope_forward_layer1" in only and "scope_forward_layer2" not in only
     assert str(net["g"].id) in only and str(net["h"].id) not in only
@@ -210,23 +190,13 @@ def test_around_draws_a_neighbourhood(compiled):
     assert str(folded) in dot_nodes(to_dot(fn, stage="unoptimized", around=folded, depth=1))
 
 
-def example1():
-    u = sg.placeholder((), name="u", requires_grad=True)
-    v = sg.placeholder((), name="v", requires_grad=True)
-    t1 = u * u
-    t2 = t1 * u
-    t4 = u * v
-    t6 = v * v
-    y = 2 * t2 + 3 * t4 + 4 * t6 + 5
-    return u, v, t1, y
-
-
 def _label(node):
     return node.get("label") or ""
 
 
 def test_values_and_gradient_flow_on_the_picture():
-    u, v, t1, y = example1()
+    t = example1()
+    u, v, y = t["u"], t["v"], t["y"]
     gu, gv = sg.grad(y, [u, v])
     fn = sg.compile([y, gu, gv], inputs=[u, v])
     flow = to_dot(fn, feeds=(5.0, 7.0), view="flow")
@@ -298,9 +268,9 @@ def _double_to_add(graph):
 
 
 def test_diff_dot_marks_what_each_pass_did():
-    u, v, t1, y = example1()
-    gu = sg.grad(y, u)
-    fn = sg.compile([y, gu], inputs=[u, v], passes=[PASSES["constant_fold"], _double_to_add, PASSES["dce"]])
+    t = example1()
+    gu = sg.grad(t["y"], t["u"])
+    fn = sg.compile([t["y"], gu], inputs=[t["u"], t["v"]], passes=[PASSES["constant_fold"], _double_to_add, PASSES["dce"]])
     rows = {r["pass"]: r for r in fn._rows}
     assert rows["double_to_add"]["added_ids"] and rows["dce"]["removed_ids"] and rows["constant_fold"]["replaced_ids"]
     dot = diff_dot(fn)

@@ -3,25 +3,9 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad.study_workloads import sigmoid_net_graph
 from staticgrad.trace import evaluate, format_value, trace
-
-
-def example1():
-    """y = 2u³ + 3uv + 4v² + 5, one op per line, as in shared/WORKED_EXAMPLES.md."""
-    u = sg.placeholder((), name="u", requires_grad=True)
-    v = sg.placeholder((), name="v", requires_grad=True)
-    t1 = u * u
-    t2 = t1 * u
-    t3 = 2 * t2
-    t4 = u * v
-    t5 = 3 * t4
-    t6 = v * v
-    t7 = 4 * t6
-    y = t3 + t5 + t7 + 5
-    names = dict(u=u, v=v, t1=t1, t2=t2, t3=t3, t4=t4, t5=t5, t6=t6, t7=t7, y=y)
-    for name, t in names.items():
-        t.name = name
-    return names
+from tests.worked import example1
 
 
 def example3_units():
@@ -100,21 +84,13 @@ def test_example3_fork_at_h1_and_batch_sums():
 
 
 def test_example3_in_matrix_form():
-    x = sg.placeholder((None, 2), name="x")
-    target = sg.placeholder((None,), name="target")
-    W = sg.parameter([[.3, .6], [.4, .7], [.8, .1]], name="W")
-    b1 = sg.parameter([.2, .5, .9], name="b1")
-    h = sg.sigmoid(x @ W.T + b1)
-    U = sg.parameter([[.7, .2, .8], [.5, .4, .9]], name="U")
-    g = sg.sigmoid(h @ U.T + sg.parameter([.2, .5], name="d"))
-    b = sg.parameter(.3, name="b")
-    loss = sg.mean((g @ sg.parameter([.6, .8], name="v") + b - target) ** 2)
-    gW, gb = sg.grad(loss, [W, b])
-    fn = sg.compile([gW, gb], inputs=[x, target])
-    result = trace(fn, {"x": [[3.0, 2.0], [0.5, 1.2]], "target": [1.5, 0.9]}, quiet=True)
-    assert result.row(h)["gradient"][0, 0] == pytest.approx(0.003131, abs=5e-7)
-    assert result.row(W)["gradient"][0, 0] == pytest.approx(0.006731, abs=5e-7)
-    b_send = next(s for r in result.rows for s in r["sends"] if s["to"] == b.id)
+    net = sigmoid_net_graph()
+    gW, gb = sg.grad(net["loss"], [net["W"], net["b"]])
+    fn = sg.compile([gW, gb], inputs=[net["x"], net["y"]])
+    result = trace(fn, {"x": [[3.0, 2.0], [0.5, 1.2]], "y": [1.5, 0.9]}, quiet=True)
+    assert result.row(net["h"])["gradient"][0, 0] == pytest.approx(0.003131, abs=5e-7)
+    assert result.row(net["W"])["gradient"][0, 0] == pytest.approx(0.006731, abs=5e-7)
+    b_send = next(s for r in result.rows for s in r["sends"] if s["to"] == net["b"].id)
     assert float(b_send["value"]) == pytest.approx(0.627673, abs=5e-7)
     assert np.asarray(b_send["elements"]) == pytest.approx([0.0362, 0.5915], abs=5e-5)
 

@@ -4,6 +4,9 @@ import pytest
 
 import staticgrad as sg
 from staticgrad.graph import ancestors
+from staticgrad.study_workloads import (SIGMOID_NET_BATCH, SIGMOID_NET_NAMES, SIGMOID_NET_PARAMS,
+                                          sigmoid_net_graph)
+from tests.worked import example1
 
 
 def scalar(value, name, dtype="float64"):
@@ -11,44 +14,31 @@ def scalar(value, name, dtype="float64"):
 
 
 # ------------------------------------------------------------------ 1. y = 2u^3 + 3uv + 4v^2 + 5
-def build_example1():
-    u, v = scalar(5.0, "u"), scalar(7.0, "v")
-    t1 = u * u
-    t2 = t1 * u
-    t3 = 2 * t2
-    t4 = u * v
-    t5 = 3 * t4
-    t6 = v * v
-    t7 = 4 * t6
-    y = t3 + t5 + t7 + 5
-    return u, v, t1, t2, t4, t6, y
-
-
 def test_example1_values_and_gradients(compile_both):
-    u, v, t1, t2, t4, t6, y = build_example1()
-    gu, gv = sg.grad(y, [u, v])
-    out, _ = compile_both([y, gu, gv])
+    t = example1(fed=False)
+    gu, gv = sg.grad(t["y"], [t["u"], t["v"]])
+    out, _ = compile_both([t["y"], gu, gv])
     assert [float(o) for o in out] == [556.0, 171.0, 71.0]
 
 
 def test_example1_per_use_contributions_via_intermediates(compile_both):
     # What each use of u and v sends back is (adjoint of the use's result) x (the other factor).
-    u, v, t1, t2, t4, t6, y = build_example1()
-    g_t1, g_t2, g_t4, g_t6 = sg.grad(y, [t1, t2, t4, t6])
-    from_uu = g_t1 * u          # each of the two slots of u*u
-    from_t1u = g_t2 * t1        # the u slot of t1*u
-    from_uv = g_t4 * v          # the u slot of u*v
-    from_vv = g_t6 * v          # each of the two slots of v*v
-    from_vu = g_t4 * u          # the v slot of u*v
+    t = example1(fed=False)
+    g_t1, g_t2, g_t4, g_t6 = sg.grad(t["y"], [t["t1"], t["t2"], t["t4"], t["t6"]])
+    from_uu = g_t1 * t["u"]          # each of the two slots of u*u
+    from_t1u = g_t2 * t["t1"]        # the u slot of t1*u
+    from_uv = g_t4 * t["v"]          # the u slot of u*v
+    from_vv = g_t6 * t["v"]          # each of the two slots of v*v
+    from_vu = g_t4 * t["u"]          # the v slot of u*v
     out, _ = compile_both([from_uu, from_t1u, from_uv, from_vv, from_vu])
     assert [float(o) for o in out] == [50.0, 50.0, 21.0, 28.0, 15.0]
 
 
 def test_example1_sweep_sums_four_contributions_at_u():
     # The reverse sweep recorded on the gradient shows the fork at u: 50 + 50 + 50 + 21.
-    u, v, t1, t2, t4, t6, y = build_example1()
-    gu = sg.grad(y, u)
-    step = next(s for s in gu.meta["sweep"] if s["node"] == u.id)
+    t = example1(fed=False)
+    gu = sg.grad(t["y"], t["u"])
+    step = next(s for s in gu.meta["sweep"] if s["node"] == t["u"].id)
     by_id = ancestors([gu])
     parts = [by_id[i] for i in step["parts"]]
     values = sg.compile(parts)()
@@ -61,8 +51,8 @@ def test_example1_matches_torch():
     v = torch.tensor(7.0, dtype=torch.float64, requires_grad=True)
     y_t = 2 * u ** 3 + 3 * u * v + 4 * v ** 2 + 5
     y_t.backward()
-    su, sv, *_, y = build_example1()
-    out = sg.compile([y] + sg.grad(y, [su, sv]))()
+    t = example1(fed=False)
+    out = sg.compile([t["y"]] + sg.grad(t["y"], [t["u"], t["v"]]))()
     np.testing.assert_allclose(out, [y_t.item(), u.grad.item(), v.grad.item()], rtol=1e-14)
 
 
@@ -126,40 +116,18 @@ def test_example2_matches_torch():
 
 
 # ------------------------------------------------------------------ 3. the 2-3-2-1 sigmoid network
-X3 = np.array([[3.0, 2.0], [0.5, 1.2]])
-Y3 = np.array([1.5, 0.9])
-W3 = [[0.3, 0.6], [0.4, 0.7], [0.8, 0.1]]     # rows: units 1..3 of the first layer, (w_i1, w_i2)
-B1 = [0.2, 0.5, 0.9]
-U3 = [[0.7, 0.2, 0.8], [0.5, 0.4, 0.9]]
-D3 = [0.2, 0.5]
-V3 = [0.6, 0.8]
-
-
-def build_example3():
-    W, b1 = sg.parameter(W3, name="W"), sg.parameter(B1, name="b1")
-    U, d = sg.parameter(U3, name="U"), sg.parameter(D3, name="d")
-    v, b = sg.parameter(V3, name="v"), sg.parameter(0.3, name="b")
-    x = sg.placeholder((None, 2), name="x")
-    target = sg.placeholder((None,), name="target")
-    h = sg.sigmoid(x @ W.T + b1)
-    z = h @ U.T + d                 # pre-activations of the second layer
-    g = sg.sigmoid(z)
-    yhat = g @ v + b
-    err = yhat - target
-    loss = sg.mean(err ** 2)
-    return dict(W=W, b1=b1, U=U, d=d, v=v, b=b, x=x, target=target, h=h, z=z, yhat=yhat, err=err, loss=loss)
+X3, Y3 = SIGMOID_NET_BATCH
 
 
 def test_example3_network_has_twenty_parameters():
-    m = build_example3()
-    assert sum(int(np.prod(m[k].shape)) for k in ("W", "b1", "U", "d", "v", "b")) == 20
+    m = sigmoid_net_graph()
+    assert sum(int(np.prod(p.shape)) for p in m["params"]) == 20
 
 
 def test_example3_loss_and_gradients(compile_both):
-    m = build_example3()
-    params = [m[k] for k in ("W", "b1", "U", "d", "v", "b")]
-    grads = sg.grad(m["loss"], params + [m["h"], m["z"]])
-    out, _ = compile_both([m["loss"], m["yhat"]] + grads, (X3, Y3), inputs=[m["x"], m["target"]])
+    m = sigmoid_net_graph()
+    grads = sg.grad(m["loss"], m["params"] + [m["h"], m["z"]])
+    out, _ = compile_both([m["loss"], m["yhat"]] + grads, (X3, Y3), inputs=[m["x"], m["y"]])
     loss, yhat, gW, gb1, gU, gd, gv, gb, gh, gz = out
     np.testing.assert_allclose(yhat, [1.5362, 1.4915], atol=5e-5)
     np.testing.assert_allclose(loss, 0.175595, atol=5e-7)
@@ -168,17 +136,18 @@ def test_example3_loss_and_gradients(compile_both):
     assert gW.shape == (3, 2) and gb1.shape == (3,) and gU.shape == (2, 3) and gb.shape == ()
     # The fork at sample 1's h1: it feeds both second-layer units, and the two contributions sum.
     np.testing.assert_allclose(gh[0, 0], 0.003131, atol=5e-7)
-    np.testing.assert_allclose([gz[0, 0] * U3[0][0], gz[0, 1] * U3[1][0]], [0.00184, 0.00129], atol=5e-6)
-    np.testing.assert_allclose(gz[0, 0] * U3[0][0] + gz[0, 1] * U3[1][0], gh[0, 0], rtol=1e-12)
+    U = m["U"].value            # row i: second-layer unit i's weights (u_i1, u_i2, u_i3)
+    np.testing.assert_allclose([gz[0, 0] * U[0, 0], gz[0, 1] * U[1, 0]], [0.00184, 0.00129], atol=5e-6)
+    np.testing.assert_allclose(gz[0, 0] * U[0, 0] + gz[0, 1] * U[1, 0], gh[0, 0], rtol=1e-12)
 
 
 def test_example3_per_sample_contributions(compile_both):
-    m = build_example3()
+    m = sigmoid_net_graph()
     sq = m["err"] ** 2 / 2          # L = (e1^2 + e2^2) / 2: one term per sample
     per_sample = []
     for k in range(2):
         per_sample += sg.grad(sq[k], [m["W"], m["b"]])
-    out, _ = compile_both(per_sample, (X3, Y3), inputs=[m["x"], m["target"]])
+    out, _ = compile_both(per_sample, (X3, Y3), inputs=[m["x"], m["y"]])
     np.testing.assert_allclose([out[0][0, 0], out[2][0, 0]], [0.00078, 0.00595], atol=5e-6)
     np.testing.assert_allclose([out[1], out[3]], [0.0362, 0.5915], atol=5e-5)
     np.testing.assert_allclose(out[0][0, 0] + out[2][0, 0], 0.006731, atol=5e-7)
@@ -186,19 +155,17 @@ def test_example3_per_sample_contributions(compile_both):
 
 def test_example3_matches_torch():
     torch = pytest.importorskip("torch")
-    t = {k: torch.tensor(np.array(val), dtype=torch.float64, requires_grad=True)
-         for k, val in dict(W=W3, b1=B1, U=U3, d=D3, v=V3, b=0.3).items()}
+    t = {k: torch.tensor(val, dtype=torch.float64, requires_grad=True)
+         for k, val in zip(SIGMOID_NET_NAMES, SIGMOID_NET_PARAMS)}
     h = torch.sigmoid(torch.tensor(X3) @ t["W"].T + t["b1"])
     h.retain_grad()
     yhat = torch.sigmoid(h @ t["U"].T + t["d"]) @ t["v"] + t["b"]
     loss = ((yhat - torch.tensor(Y3)) ** 2).mean()
     loss.backward()
-    m = build_example3()
-    names = ["W", "b1", "U", "d", "v", "b"]
-    out = sg.compile([m["loss"]] + sg.grad(m["loss"], [m[k] for k in names] + [m["h"]]),
-                     inputs=[m["x"], m["target"]])(X3, Y3)
+    m = sigmoid_net_graph()
+    out = sg.compile([m["loss"]] + sg.grad(m["loss"], m["params"] + [m["h"]]), inputs=[m["x"], m["y"]])(X3, Y3)
     np.testing.assert_allclose(out[0], loss.item(), rtol=1e-12)
-    for got, k in zip(out[1:], names):
+    for got, k in zip(out[1:], SIGMOID_NET_NAMES):
         np.testing.assert_allclose(got, t[k].grad.numpy(), rtol=1e-10, atol=1e-14, err_msg=k)
     np.testing.assert_allclose(out[-1], h.grad.numpy(), rtol=1e-10, atol=1e-14)
 

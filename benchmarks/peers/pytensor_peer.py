@@ -5,7 +5,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch
+from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
 
 
 def versions():
@@ -65,16 +65,12 @@ def prepare(workload, data) -> Prepared:
         return fn(*feeds)
 
     if kind == "mlp_sgd":
-        initial = [data[k] for k in B_PARAM_NAMES]
+        def put(values):
+            for p, v in zip(params, values):
+                p.set_value(v)
 
         def check():
-            for p, v in zip(params, initial):
-                p.set_value(v.copy())
-            loss_value = call()
-            deltas = [p.get_value() - v for p, v in zip(params, initial)]
-            for p, v in zip(params, initial):
-                p.set_value(v.copy())
-            return [loss_value] + deltas
+            return sgd_step_check(data, call, lambda: [p.get_value() for p in params], put)
     elif kind == "empty":
         def check():
             return [call()]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch
+from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
 
 
 def versions():
@@ -83,18 +83,13 @@ def prepare(workload, data, compiled=False) -> Prepared:
             return (loss,) + torch.autograd.grad(loss, params)
 
     if kind == "mlp_sgd":
-        initial = [torch.tensor(data[k]) for k in B_PARAM_NAMES]
+        def put(values):
+            with torch.no_grad():
+                for p, v in zip(params, values):
+                    p.copy_(torch.from_numpy(v))
 
         def check():
-            with torch.no_grad():
-                for p, v in zip(params, initial):
-                    p.copy_(v)
-            loss = call()
-            deltas = [(p.detach() - v).numpy() for p, v in zip(params, initial)]
-            with torch.no_grad():
-                for p, v in zip(params, initial):
-                    p.copy_(v)
-            return [loss.detach().numpy()] + deltas
+            return sgd_step_check(data, lambda: call().detach().numpy(), lambda: _np(params), put)
     else:
         def check():
             out = call()
