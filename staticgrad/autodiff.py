@@ -12,7 +12,7 @@ from . import stable
 from .graph import to_digraph
 from .rewrite import rewrite_tensors
 from .ops.registry import ELEMENTWISE, REGISTRY, apply
-from .tensor import GradError, Tensor, building, format_shape, gc_paused, user_frame
+from .tensor import CONTEXT, GradError, Tensor, building, format_shape, gc_paused, user_frame
 
 
 def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
@@ -87,7 +87,8 @@ def grad(y, wrt, grad_output=None):
     if y.dtype.kind not in "fc":
         raise GradError(f"grad: y has dtype {y.dtype}; only floating outputs can be differentiated (at {source})")
 
-    with building(role="backward"):
+    # Built-in VJP rules are package code: every tensor they make belongs to this line of the user's.
+    with building(role="backward", source=source):
         if grad_output is None:
             if y.shape != ():
                 raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
@@ -153,6 +154,8 @@ def _reverse_sweep_plain(y, wrt, seed):
         if not any(needed):
             continue
         with building(adjoint_of=node, rule=node.op):
+            if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
+                CONTEXT.source = None            # a VJP written outside the package: its own lines
             grads = opdef.vjp(g, node, *node.inputs, **node.attrs)
             for x, gx, need in zip(node.inputs, grads, needed):
                 if gx is None or not need:

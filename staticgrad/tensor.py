@@ -36,13 +36,14 @@ class GradError(StaticgradError):
 class Context:
     """What is in force while tensors are being created: role, name scopes, provenance."""
 
-    __slots__ = ("role", "scopes", "adjoint_of", "rule")
+    __slots__ = ("role", "scopes", "adjoint_of", "rule", "source")
 
     def __init__(self):
         self.role = "forward"
         self.scopes = ()
         self.adjoint_of = None   # the forward tensor whose VJP is being built
         self.rule = None         # the op name of that VJP rule
+        self.source = None       # the user's line, when already known (sg.grad's): no stack walk per tensor
 
 
 CONTEXT = Context()
@@ -62,17 +63,20 @@ def name_scope(name: str):
 
 
 @contextmanager
-def building(role=None, adjoint_of=None, rule=None):
-    """Used by autodiff: tensors created inside carry this role and provenance."""
-    saved = (CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule)
+def building(role=None, adjoint_of=None, rule=None, source=None):
+    """Used by autodiff: tensors created inside carry this role and provenance (and ``source``, if given,
+    as the user's line)."""
+    saved = (CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source)
     if role is not None:
         CONTEXT.role = role
     if adjoint_of is not None:
         CONTEXT.adjoint_of, CONTEXT.rule = adjoint_of, rule
+    if source is not None:
+        CONTEXT.source = source
     try:
         yield
     finally:
-        CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule = saved
+        CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source = saved
 
 
 @contextmanager
@@ -93,6 +97,8 @@ def gc_paused():
 
 def user_frame() -> str:
     """``file:line`` of the innermost caller outside the staticgrad package (where the user wrote it)."""
+    if CONTEXT.source is not None:
+        return CONTEXT.source
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

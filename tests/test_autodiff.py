@@ -1,4 +1,7 @@
 """sg.grad: the calling conventions, forks, intermediates, broadcasting, VJPs and higher derivatives."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -306,3 +309,32 @@ def test_gradient_of_an_mlp_loss_matches_torch(rng):
     np.testing.assert_allclose(out[0], tloss.item(), rtol=1e-12)
     for got, want in zip(out[1:], [p.grad for p in tp] + [tx.grad]):
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_backward_nodes_name_the_grad_line_or_a_custom_vjps_own_line():
+    import numpy as np
+    from staticgrad.ops.registry import REGISTRY, apply, defop, same_spec
+
+    def double_vjp(g, out, x):
+        return (g * 2.0,)                                   # the line a custom VJP's nodes should name
+
+    vjp_line = double_vjp.__code__.co_firstlineno + 1
+    defop("test_double", lambda x: 2.0 * x, same_spec, double_vjp)
+    try:
+        x = sg.placeholder((3,), name="x", requires_grad=True)
+        y = sg.sum(sg.sin(apply("test_double", (x,))))
+        (gx,) = sg.grad(y, [x]); grad_line = sys._getframe().f_lineno
+    finally:
+        del REGISTRY["test_double"]          # other tests enumerate the registry
+    lines = set()
+    stack, seen = [gx], set()
+    while stack:
+        t = stack.pop()
+        if t.id in seen or t.role != "backward":
+            continue
+        seen.add(t.id)
+        lines.add((t.adjoint_of.op if t.adjoint_of is not None else None, t.source))
+        stack.extend(t.inputs)
+    here = os.path.basename(__file__)
+    assert ("test_double", f"{here}:{vjp_line}") in lines
+    assert ("sin", f"{here}:{grad_line}") in lines
