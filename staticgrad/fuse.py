@@ -1,8 +1,9 @@
 """Elementwise regions: runs of scheduled nodes that one loop over the elements can compute together.
 
-numpy pays a full pass over memory and a call's fixed cost per op; a region computes all its ops for one
-element before moving to the next, keeping intermediates in registers. Backends that can compile loops
-(``backend="numba"``) turn each region into one kernel.
+numpy pays a full pass over memory and a call's fixed cost per op; a region computes all its ops on a
+small block of elements before moving to the next block, so intermediates stay in cache. ``lower`` turns a
+region into instructions for a register machine whose registers are rows of that block: a backend compiles
+one interpreter for them (``backend="numba"``), and nothing per graph.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from . import scalar_math
 
-# One scalar expression per op, over the operands' scalar values {0}, {1}, {2}.
+# One scalar expression per op, over the operands' float64 values {0}, {1}, {2} (False/True as 0.0/1.0).
 SCALAR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "neg": "(-{0})", "pow": "({0} ** {1})", "exp": "math.exp({0})", "log": "math.log({0})",
@@ -25,7 +26,13 @@ SCALAR = {
     "greater_equal": "({0} >= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
     "stop_gradient": "{0}",
 }
-MAX_REGION = 1200       # nodes per kernel: compile time of one loop body grows faster than linearly
+COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}   # give True/False
+OPS = tuple(SCALAR)                  # an instruction's opcode is its op's position here
+_OPCODE = {op: k for k, op in enumerate(OPS)}
+LOAD, CONST, STORE = len(OPS), len(OPS) + 1, len(OPS) + 2     # instructions that move values
+AS_FLOAT32, AS_BOOL = 1, 2           # rounding after an op whose node is float32 or bool (0: none)
+HELPERS = dict(scalar_math.FUNCTIONS, math=math)     # the names SCALAR expressions use
+_RESULT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.bool_))
 
 
 class Region:
@@ -39,7 +46,7 @@ class Region:
 
 
 def _fusible(node, shapes, nodes):
-    if node.op not in SCALAR or node.dtype.kind not in "fb" or node.dtype.itemsize > 8:
+    if node.op not in SCALAR or node.dtype not in _RESULT_DTYPES:
         return False
     shape = shapes[node.id]
     if math.prod(shape) == 0:
@@ -48,8 +55,8 @@ def _fusible(node, shapes, nodes):
         s = shapes[i]
         if tuple(s) != tuple(shape) and math.prod(s) != 1:
             return False       # only same-shaped operands or scalars: one flat index serves all
-        if nodes[i].dtype.kind not in "fb":
-            return False
+        if nodes[i].dtype.kind not in "fb" or nodes[i].dtype.itemsize > 8:
+            return False       # a float64 holds each of their values exactly
     return True
 
 
@@ -78,7 +85,7 @@ def find_regions(graph, order, shapes, min_nodes=2):
             new_order.append(i)
             continue
         if _fusible(node, shapes, nodes) and not any(j in blocked for j in node.inputs):
-            if current is not None and (current.shape != tuple(shapes[i]) or len(current.nodes) >= MAX_REGION):
+            if current is not None and current.shape != tuple(shapes[i]):
                 close()
             if current is None:
                 current = Region(shapes[i])
@@ -118,37 +125,71 @@ def _connect(graph, regions):
         r.outputs = [i for i in r.nodes if i in escaping or any(k not in inside for k in readers.get(i, ()))]
 
 
-def kernel_source(graph, region, shapes, name="kernel") -> str:
-    """Python source of one loop computing ``region`` (compiled by numba)."""
+class Code:
+    """A region as instructions, one row each: (opcode, rounding, destination, operand a, b, c).
+
+    Registers are rows of a scratch block. LOAD a, b: destination = packed input at offset a, one value
+    for all elements when b is 1. CONST a: destination = consts[a]. STORE: output row ``destination`` =
+    register a. A register is reused once its value's last reader has run.
+    """
+
+    def __init__(self, instructions, consts, registers, size, args, outputs):
+        self.instructions = np.array(instructions, dtype=np.int64).reshape(-1, 6)
+        self.consts = np.array(consts, dtype=np.float64)
+        self.registers = registers       # rows the scratch block needs
+        self.size = size                 # elements of the region's shape
+        self.args = args                 # positions in region.inputs that are packed at call time, in order
+        self.outputs = outputs           # (shape, dtype) per output row
+
+
+def lower(graph, region, shapes) -> Code:
+    """Instructions that compute ``region``: inputs load just before their first reader, outputs store
+    right after their writer, so the registers live at once are only the values still to be read."""
     nodes = graph.nodes
-    args = [f"in{k}" for k in range(len(region.inputs))]
-    n = math.prod(region.shape)
-    lines = [f"def {name}({', '.join(args)}):"]
-    local = {}
-    for k, j in enumerate(region.inputs):
-        if math.prod(shapes[j]) == 1 and tuple(shapes[j]) != region.shape:
-            lines.append(f"    s{k} = np.ascontiguousarray(in{k}).reshape(-1)[0]")       # a scalar, read once
-            local[j] = f"s{k}"
-        else:
-            lines.append(f"    f{k} = np.ascontiguousarray(in{k}).reshape({n})")
-            local[j] = f"f{k}[i]"
-    for k, i in enumerate(region.outputs):
-        dtype = "bool_" if nodes[i].dtype.kind == "b" else nodes[i].dtype.name
-        lines.append(f"    out{k} = np.empty({region.shape!r}, dtype=np.{dtype})")
-        lines.append(f"    o{k} = out{k}.reshape({n})")
-    lines.append(f"    for i in range({n}):")
-    for i in region.nodes:
+    size = math.prod(region.shape)
+    last = {}
+    for k, i in enumerate(region.nodes):
+        for j in nodes[i].inputs:
+            last[j] = k
+    out_row = {i: k for k, i in enumerate(region.outputs)}
+    position = {j: k for k, j in enumerate(region.inputs)}
+    code, consts, args, reg, free = [], [], [], {}, []
+    registers = offset = 0
+
+    def take():
+        nonlocal registers
+        if free:
+            return free.pop()
+        registers += 1
+        return registers - 1
+
+    for k, i in enumerate(region.nodes):
         node = nodes[i]
-        expr = SCALAR[node.op].format(*(local[j] for j in node.inputs))
-        if node.dtype.kind == "f":
-            expr = f"np.{node.dtype.name}({expr})"
-        lines.append(f"        t{i} = {expr}")
-        local[i] = f"t{i}"
-    for k, i in enumerate(region.outputs):
-        lines.append(f"        o{k}[i] = t{i}")
-    outs = ", ".join(f"out{k}" for k in range(len(region.outputs)))
-    lines.append(f"    return ({outs},)")
-    return "\n".join(lines) + "\n"
-
-
-HELPERS = dict(scalar_math.FUNCTIONS, math=math, np=np)
+        for j in node.inputs:
+            if j in reg:
+                continue
+            reg[j] = take()
+            one = math.prod(shapes[j]) == 1 and tuple(shapes[j]) != region.shape
+            if one and nodes[j].op == "constant":
+                code.append((CONST, 0, reg[j], len(consts), 0, 0))
+                consts.append(float(np.asarray(nodes[j].value).reshape(-1)[0]))
+                continue
+            code.append((LOAD, 0, reg[j], offset, int(one), 0))
+            args.append(position[j])
+            offset += 1 if one else size
+        operands = [reg[j] for j in node.inputs] + [0] * (3 - len(node.inputs))
+        dst = take()
+        rounding = AS_FLOAT32 if node.dtype == np.float32 else 0
+        if node.dtype == np.bool_ and node.op not in COMPARISONS:
+            rounding = AS_BOOL
+        code.append((_OPCODE[node.op], rounding, dst, *operands))
+        reg[i] = dst
+        if i in out_row:
+            code.append((STORE, 0, out_row[i], dst, 0, 0))
+        for j in dict.fromkeys(node.inputs):
+            if last[j] == k:
+                free.append(reg[j])
+        if i not in last:
+            free.append(dst)
+    outputs = [(region.shape, nodes[i].dtype) for i in region.outputs]
+    return Code(code, consts, registers, size, args, outputs)

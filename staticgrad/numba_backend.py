@@ -1,16 +1,23 @@
-"""``backend="numba"``: each elementwise region of a plan becomes one compiled loop.
+"""``backend="numba"``: each elementwise region of a plan is one call of a compiled interpreter.
 
-numba is optional (``pip install staticgrad[numba]``). Kernels are compiled once per distinct region
-source and kept for the life of the process; their compile time is added to ``fn.report()``.
+numba is optional (``pip install staticgrad[numba]``). A region becomes instructions (fuse.lower), not
+source, and the interpreter below is the only code numba compiles: once per process for the ops in use
+(a few seconds, counted in that plan's ``fn.report()``), again only when a later plan brings an op it
+lacks, and never for a plan's size. Compiling each region's own loop instead took time that grew faster
+than linearly with its length (minutes for a 1,000-op chain).
 """
 from __future__ import annotations
 
 import time
 
-from . import fuse, scalar_math
+import numpy as np
+
+from . import fuse
 from .codegen import generate
 
-_KERNELS = {}          # source -> compiled kernel, shared by every function in this process
+SCRATCH = 16384     # float64s in the scratch block (registers x block width): 128 KB stays in L2
+MIN_WIDTH = 8       # elements per block however many registers: one dispatch per op serves several
+_interpreters = {}  # frozenset of ops -> the interpreter compiled for them
 
 
 class NumbaUnavailable(ImportError):
@@ -24,32 +31,116 @@ def require():
         raise NumbaUnavailable("backend='numba' needs numba: pip install 'staticgrad[numba]' (or numba)") from None
 
 
-def _compile_kernel(source):
-    kernel = _KERNELS.get(source)
-    if kernel is None:
-        import numba
-        namespace = dict(fuse.HELPERS)
-        # numpy's division-by-zero semantics (inf/nan), not Python's exception.
-        for name, fn in scalar_math.FUNCTIONS.items():
-            namespace[name] = numba.njit(fn, cache=False, error_model="numpy")
-        exec(compile(source, "<staticgrad fused kernel>", "exec"), namespace)
-        kernel = numba.njit(namespace["kernel"], error_model="numpy")
-        _KERNELS[source] = kernel
-    return kernel
+def interpreter_source(ops=fuse.OPS) -> str:
+    """``interpret(code, consts, packed, out, registers, width)``: runs fuse.Code instructions that use
+    only ``ops`` over the elements in blocks of ``width``; register k of a block is row k of a scratch
+    array."""
+    lines = [
+        "def interpret(code, consts, packed, out, registers, width):",
+        "    r = np.empty((registers, width))",
+        "    n = out.shape[1]",
+        "    for start in range(0, n, width):",
+        "        w = min(width, n - start)",
+        "        for k in range(code.shape[0]):",
+        "            o, rounding, d = code[k, 0], code[k, 1], code[k, 2]",
+        "            a, b, c = code[k, 3], code[k, 4], code[k, 5]",
+        f"            if o == {fuse.LOAD}:",
+        "                if b:",
+        "                    for e in range(w):",
+        "                        r[d, e] = packed[a]",
+        "                else:",
+        "                    for e in range(w):",
+        "                        r[d, e] = packed[a + start + e]",
+        f"            elif o == {fuse.CONST}:",
+        "                for e in range(w):",
+        "                    r[d, e] = consts[a]",
+        f"            elif o == {fuse.STORE}:",
+        "                for e in range(w):",
+        "                    out[d, start + e] = r[a, e]",
+    ]
+    # One loop per op, so the op is chosen once per block rather than once per element.
+    for opcode, op in enumerate(fuse.OPS):
+        if op not in ops:
+            continue
+        expr = fuse.SCALAR[op].format("r[a, e]", "r[b, e]", "r[c, e]")
+        if op in fuse.COMPARISONS:
+            expr = f"1.0 if {expr} else 0.0"
+        lines += [f"            elif o == {opcode}:", "                for e in range(w):",
+                  f"                    r[d, e] = {expr}"]
+    lines += [
+        f"            if rounding == {fuse.AS_FLOAT32}:",
+        "                for e in range(w):",
+        "                    r[d, e] = np.float32(r[d, e])",
+        f"            elif rounding == {fuse.AS_BOOL}:",
+        "                for e in range(w):",
+        "                    r[d, e] = 1.0 if r[d, e] != 0.0 else 0.0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _compile(ops):
+    import numba
+
+    # numpy's division-by-zero semantics (inf/nan), not Python's exception.
+    helper = numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+    namespace = {name: helper(fn) if callable(fn) else fn for name, fn in fuse.HELPERS.items()}
+    namespace["np"] = np
+    exec(compile(interpreter_source(ops), "<staticgrad interpreter>", "exec"), namespace)
+    interpret = numba.njit(namespace["interpret"], error_model="numpy")
+    interpret(np.zeros((0, 6), np.int64), np.zeros(0), np.zeros(1), np.zeros((1, 1)), 1, 1)   # compile now
+    return interpret
+
+
+class Kernel:
+    """A region's instructions, called like the region: inputs in region.inputs order, outputs as a tuple."""
+
+    def __init__(self, code, interpret):
+        self.code, self.interpret = code, interpret
+        self.width = min(code.size, max(MIN_WIDTH, SCRATCH // max(code.registers, 1)))
+        self.rows = [(k, shape, None if dtype == np.float64 else dtype)
+                     for k, (shape, dtype) in enumerate(code.outputs)]
+
+    def __call__(self, *inputs):
+        code = self.code
+        values = [np.ravel(inputs[k]) for k in code.args]
+        if len(values) == 1 and values[0].dtype == np.float64 and values[0].flags.writeable:
+            packed = values[0]          # no copy; a read-only array would be a new signature to compile
+        else:
+            packed = np.concatenate(values, dtype=np.float64) if values else code.consts
+        out = np.empty((len(self.rows), code.size))
+        self.interpret(code.instructions, code.consts, packed, out, code.registers, self.width)
+        return tuple(out[k].reshape(shape) if dtype is None else out[k].reshape(shape).astype(dtype)
+                     for k, shape, dtype in self.rows)
+
+
+def interpreter(ops):
+    """A compiled interpreter that knows ``ops``: one compiled earlier for more ops, or a new one for
+    these and every op seen before, so a process compiles again only when a plan brings a new op.
+
+    Each op's loop costs compile time (about 0.1 s; all of fuse.OPS take 3-4 s), so only the ops in use
+    are compiled.
+    """
+    for known, interpret in _interpreters.items():
+        if ops <= known:
+            return interpret
+    ops = frozenset(ops).union(*_interpreters)
+    _interpreters[ops] = _compile(ops)
+    return _interpreters[ops]
 
 
 def fused_program(graph, order, params, inputs, shapes, memory, feeds=None):
-    """The plan's program with every elementwise region computed by one numba loop.
+    """The plan's program with every elementwise region computed by a numba interpreter.
 
-    Returns (program, seconds spent compiling). Kernels compile on their first call, so when ``feeds``
-    are given the program is run once here to pay that cost up front (and measure it).
+    Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
+    has an op that none compiled so far knows). ``feeds`` are not used: nothing is compiled per plan, so
+    there is no cost to pay up front with a first run.
     """
-    regions, order = fuse.find_regions(graph, order, shapes)
     start = time.perf_counter()
-    fused = [(_compile_kernel(fuse.kernel_source(graph, r, shapes)), r) for r in regions if r.outputs]
+    regions, order = fuse.find_regions(graph, order, shapes)
+    regions = [r for r in regions if r.outputs]
+    interpret = interpreter({graph.nodes[i].op for r in regions for i in r.nodes}) if regions else None
+    fused = [(Kernel(fuse.lower(graph, r, shapes), interpret), r) for r in regions]
     # Nodes moved behind a region may now sit where the memory plan expected others: no workspace here.
     program = generate(graph, order, params, inputs, None, fused=fused)
-    if feeds is not None:
-        program.run(*feeds)
     program.regions = len(fused)
     return program, time.perf_counter() - start

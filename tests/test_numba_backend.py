@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad import fuse
+from staticgrad import fuse, ops
 
 numba = pytest.importorskip("numba")
+from staticgrad import numba_backend
 
 
 def chain(size, cycles):
@@ -73,6 +74,78 @@ def test_regions_are_contiguous_runs_of_one_shape():
         assert steps == list(range(steps[0], steps[0] + len(steps)))
         for i in r.nodes:
             assert all(position[j] < position[i] for j in fn.ir.nodes[i].inputs)
+
+
+def every_op(x, y):
+    """One use of each op a region can hold, with a computed scalar (a reduction) among the operands."""
+    s = sg.sum(x) * 0.1
+    unary = [ops.neg, ops.exp, ops.log, ops.log1p, ops.expm1, ops.sqrt, ops.sin, ops.cos, ops.tanh, ops.abs,
+             ops.square, ops.sigmoid, ops.softplus, ops.relu, ops.sign, ops.stop_gradient]
+    binary = [ops.add, ops.sub, ops.mul, ops.div, ops.maximum, ops.minimum, ops.less, ops.less_equal,
+              ops.greater, ops.greater_equal, ops.equal, ops.not_equal]
+    outs = [f(x) for f in unary] + [f(x, y) for f in binary] + [ops.pow(ops.abs(x), y), x * s - y]
+    # True + True is True, so x * that is x, not 2x
+    outs += [ops.where(x > y, x, y * 2.0), ops.clip(x, -0.5, 0.7), x * ((x > 0.0) + (y > 0.0))]
+    return outs
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 1e-6)])
+def test_every_fusible_op_equals_numpy_backend(dtype, rtol):
+    x, y = sg.placeholder((3, 4), dtype, name="x"), sg.placeholder((3, 4), dtype, name="y")
+    outs = every_op(x, y)
+    X = np.array([[0.0, -0.0, 1.5, -2.0], [np.nan, np.inf, -np.inf, 0.3], [1e-300, -7.0, 40.0, 2.0]], dtype)
+    Y = np.array([[0.0, 1.0, 1.5, 3.0], [2.0, np.nan, 0.5, -0.3], [2.0, -7.0, -40.0, 0.5]], dtype)
+    fast = sg.compile(outs, inputs=[x, y], backend="numba")
+    with np.errstate(all="ignore"):
+        got, want = fast(X, Y), sg.compile(outs, inputs=[x, y])(X, Y)
+    assert fast.report().summary["fused_regions"] >= 1
+    exercised = {n.op for n in fast.ir.nodes.values()} | {"stop_gradient"}   # the passes drop that one
+    assert set(fuse.OPS) <= exercised
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=0, equal_nan=True)
+
+
+def test_float32_rounds_after_every_op():
+    x, y = sg.placeholder((50,), "float32", name="x"), sg.placeholder((50,), "float32", name="y")
+    h = x
+    for _ in range(30):
+        h = h * 1.1 + y / 3.0
+    rng = np.random.default_rng(3)
+    X, Y = rng.uniform(-1, 1, 50).astype(np.float32), rng.uniform(-1, 1, 50).astype(np.float32)
+    want = sg.compile(h, inputs=[x, y])(X, Y)
+    np.testing.assert_array_equal(sg.compile(h, inputs=[x, y], backend="numba")(X, Y), want)
+
+
+def test_lowering_reuses_registers_and_regions_have_no_size_cap():
+    x = sg.placeholder((5,), name="x")
+    h = x
+    for _ in range(1000):
+        h = sg.tanh(sg.sin(h) * 0.9 + x)
+    fn = sg.compile(h, inputs=[x])
+    shapes = {i: n.shape for i, n in fn.ir.nodes.items()}
+    (region,), _ = fuse.find_regions(fn.ir, list(fn.ir.nodes), shapes)
+    code = fuse.lower(fn.ir, region, shapes)
+    assert len(region.nodes) == 4000
+    assert code.registers <= 4       # x, the scale and the two values in flight, not one per node
+
+
+def test_plans_of_any_size_share_one_compiled_interpreter():
+    X = np.random.default_rng(2).uniform(-0.2, 0.2, 40)
+    frozen = X[::2].copy()
+    frozen.flags.writeable = False
+    for size, cycles, feed in [(7, 3, X[:7]), (20, 60, X[::2]), (20, 5, frozen)]:
+        x, outs = chain(size, cycles)
+        assert_same(sg.compile(outs, inputs=[x], backend="numba")(feed), sg.compile(outs, inputs=[x])(feed))
+    # a new array type (read-only, another layout) would have compiled an interpreter again
+    assert all(len(f.signatures) == 1 for f in numba_backend._interpreters.values())
+
+
+def test_an_interpreter_is_compiled_again_only_for_an_op_it_lacks():
+    known = numba_backend.interpreter(frozenset({"add", "mul"}))
+    assert numba_backend.interpreter(frozenset({"add"})) is known
+    bigger = numba_backend.interpreter(frozenset({"add", "exp"}))
+    assert numba_backend.interpreter(frozenset({"mul", "exp"})) is bigger    # it kept the ops seen before
 
 
 def test_unknown_backend_is_an_error():
