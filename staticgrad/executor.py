@@ -222,14 +222,16 @@ class Function:
             memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
             program = generate(concrete, order, self._param_ids, ir.inputs, memory)
         program.shapes = shapes
-        if self._backend == "numba":
+        numpy_program = program
+        if self._scalar and feeds is not None and scalarize.eligible(concrete, order, shapes):
+            program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
+        if self._backend == "numba" and program is numpy_program:
+            # (a plan that runs as scalar code never needs the interpreter, nor its compile)
             from .numba_backend import fused_program
-            fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes, memory, feeds)
+            fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes, memory)
             fused.shapes = shapes
             self._backend_seconds += seconds
             program = fused
-        if self._scalar and feeds is not None and scalarize.eligible(concrete, order, shapes):
-            program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = program

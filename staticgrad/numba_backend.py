@@ -128,12 +128,12 @@ def interpreter(ops):
     return _interpreters[ops]
 
 
-def fused_program(graph, order, params, inputs, shapes, memory, feeds=None):
+def fused_program(graph, order, params, inputs, shapes, memory=None):
     """The plan's program with every elementwise region computed by a numba interpreter.
 
     Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
-    has an op that none compiled so far knows). ``feeds`` are not used: nothing is compiled per plan, so
-    there is no cost to pay up front with a first run.
+    has an op that none compiled so far knows). Nothing is compiled per plan, so there is no first run to
+    pay for up front. ``memory`` is not used: regions move nodes, so the numpy plan's workspace does not fit.
     """
     start = time.perf_counter()
     regions, order = fuse.find_regions(graph, order, shapes)
