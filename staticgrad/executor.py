@@ -229,9 +229,10 @@ class Function:
             # (a plan that runs as scalar code never needs the interpreter, nor its compile)
             from .numba_backend import fused_program
             fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes, memory)
-            fused.shapes = shapes
             self._backend_seconds += seconds
-            program = fused
+            if fused is not None:               # else no region gains from a kernel: the numpy plan runs
+                fused.shapes = shapes
+                program = fused
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = program

@@ -8,15 +8,18 @@ than linearly with its length (minutes for a 1,000-op chain).
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 
 from . import fuse
 from .codegen import generate
+from .plan import plan_memory
 
 SCRATCH = 16384     # float64s in the scratch block (registers x block width): 128 KB stays in L2
 MIN_WIDTH = 8       # elements per block however many registers: one dispatch per op serves several
+SMALL = 4096        # elements: below this a numpy call costs more than the work it does
 _interpreters = {}  # frozenset of ops -> the interpreter compiled for them
 
 
@@ -128,19 +131,40 @@ def interpreter(ops):
     return _interpreters[ops]
 
 
+def worth_fusing(region, shapes) -> bool:
+    """Whether one interpreter call beats numpy's calls for ``region``.
+
+    On small arrays a numpy call's fixed cost dominates: fuse. On large ones numpy's loops are as fast as
+    the interpreter's, and packing the inputs into float64 (and converting float32 outputs back) costs a
+    pass each, so only a region with many more nodes than values crossing its border gains.
+    """
+    size = math.prod(region.shape)
+    if size <= SMALL:
+        return True
+    crossing = sum(1 for j in region.inputs if math.prod(shapes[j]) > 1) + 2 * len(region.outputs)
+    return len(region.nodes) >= 2 * crossing
+
+
 def fused_program(graph, order, params, inputs, shapes, memory=None):
     """The plan's program with every elementwise region computed by a numba interpreter.
 
     Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
-    has an op that none compiled so far knows). Nothing is compiled per plan, so there is no first run to
-    pay for up front. ``memory`` is not used: regions move nodes, so the numpy plan's workspace does not fit.
+    has an op that none compiled so far knows); the program is None when no region is worth a kernel.
+    Nothing is compiled per plan, so there is no first run to pay for up front. ``memory`` (the numpy
+    plan's) is not used: regions move nodes, so the workspace is planned again over the new order.
     """
     start = time.perf_counter()
     regions, order = fuse.find_regions(graph, order, shapes)
-    regions = [r for r in regions if r.outputs]
+    regions = [r for r in regions if r.outputs and worth_fusing(r, shapes)]
+    if not regions:
+        return None, time.perf_counter() - start
     interpret = interpreter({graph.nodes[i].op for r in regions for i in r.nodes}) if regions else None
     fused = [(Kernel(fuse.lower(graph, r, shapes), interpret), r) for r in regions]
-    # Nodes moved behind a region may now sit where the memory plan expected others: no workspace here.
-    program = generate(graph, order, params, inputs, None, fused=fused)
+    # The rest of the plan keeps a workspace, planned over the new order. A region's nodes are consecutive
+    # there and its kernel returns fresh arrays, so they take no slot, and an input dying inside a region
+    # frees its slot only for nodes after the kernel's call.
+    inside = {i: None for r in regions for i in r.nodes}
+    memory = plan_memory(graph, order, shapes, True, inside)
+    program = generate(graph, order, params, inputs, memory, fused=fused)
     program.regions = len(fused)
     return program, time.perf_counter() - start

@@ -152,3 +152,19 @@ def test_unknown_backend_is_an_error():
     x = sg.placeholder((2,), name="x")
     with pytest.raises(ValueError, match="backend"):
         sg.compile(x * 2.0, inputs=[x], backend="cuda")
+
+
+def test_large_shallow_regions_stay_numpy_and_large_deep_ones_fuse():
+    rng = np.random.default_rng(7)
+    x = sg.placeholder((64, 128), name="x")
+    b = sg.parameter(rng.normal(size=128), name="b")
+    y = sg.relu(x + b)                       # 2 nodes over 8192 numbers: packing would cost more
+    fn = sg.compile(y, inputs=[x], backend="numba")
+    X = rng.normal(size=(64, 128))
+    np.testing.assert_array_equal(fn(X), np.maximum(X + b.value, 0))
+    assert fn.report().summary["fused_regions"] == 0 and "fused loop" not in fn.source
+    xs, outs = chain(8192, 6)                # 40 nodes over the same numbers: one kernel
+    deep = sg.compile(outs, inputs=[xs], backend="numba")
+    X = rng.uniform(-0.2, 0.2, 8192)
+    assert_same(deep(X), sg.compile(outs, inputs=[xs])(X))
+    assert deep.report().summary["fused_regions"] == 1
