@@ -142,3 +142,14 @@ def test_torch_peer_equals_the_reference(name):
     ok, err = workloads.outputs_close(torch_peer.prepare(wl, data).check(), reference.prepare(wl, data).check(),
                                       wl.rtol)
     assert ok, err
+
+
+def test_floors_time_the_shared_calls_against_both_steps():
+    from benchmarks import floors
+    out = floors.measure(rounds=3, target_s=0.001)
+    assert set(out) == {"B", "C"}
+    for name, floor in (("B", "8 matrix products"), ("C", "1,500 sin/cos/tanh calls")):
+        rows = out[name]
+        assert set(rows) == {"hand numpy", "staticgrad", floor}
+        assert rows["hand numpy"]["ratio"] == 1.0
+        assert all(r["median_s"] > 0 for r in rows.values())
