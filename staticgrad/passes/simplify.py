@@ -1,4 +1,6 @@
 """Algebraic simplification that keeps IEEE results exact."""
+import math
+
 import numpy as np
 
 from ..ops.registry import ELEMENTWISE, REGISTRY
@@ -49,8 +51,22 @@ def sub_zero(rw, node):
     return None
 
 
+def _exact_merge(c1, c2) -> bool:
+    """Whether (x * c1) * c2 == x * (c1 * c2) for every x: one factor is a power of two and both are at
+    least 1 in magnitude. Then x * 2**k is exact (it cannot underflow, and it overflows only where the
+    other side does too) and both sides round x * c1 * c2 once. Other pairs round twice, or overflow on
+    one side only (1e308 * 2 * 0.5), so they stay as written."""
+    try:
+        a, b = abs(float(c1)), abs(float(c2))
+    except TypeError:            # complex factors: left alone
+        return False
+    if not (a >= 1.0 and b >= 1.0):
+        return False
+    return any(math.frexp(v)[0] == 0.5 for v in (a, b) if math.isfinite(v))
+
+
 def mul_one(rw, node):
-    """x * 1 -> x; x * -1 -> -x; (x * c1) * c2 -> x * (c1 * c2) for scalar constants."""
+    """x * 1 -> x; x * -1 -> -x; (x * c1) * c2 -> x * (c1 * c2) for scalar constants when that is exact."""
     x = _identity_operand(rw, node, 1)
     if x is not None:
         return x
@@ -64,7 +80,8 @@ def mul_one(rw, node):
         if x.op == "mul":
             for y, d in (tuple(rw.inputs(x)), tuple(reversed(rw.inputs(x)))):
                 dv = scalar_value(rw, d)
-                if dv is not None and same_type(y, node) and c.dtype == node.dtype and d.dtype == node.dtype:
+                if (dv is not None and same_type(y, node) and c.dtype == node.dtype and d.dtype == node.dtype
+                        and _exact_merge(cv, dv)):
                     with np.errstate(all="ignore"):
                         product = np.multiply(rw.const_value(c).reshape(()), rw.const_value(d).reshape(()))
                     # An overflowing or vanishing product would turn 0*c1*c2 or inf*c1*c2 into NaN.

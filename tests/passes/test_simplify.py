@@ -259,3 +259,12 @@ def test_shapes_and_dtypes_of_every_node_survive_the_pass():
     out = dict(fn.graph.nodes(data=True))
     assert out[fn.ir.outputs[0]]["shape"] == (1, 3)
     assert out[fn.ir.outputs[1]]["shape"] == (2, 3)
+
+
+@pytest.mark.parametrize("x_value, c1, c2", [(3.0, 0.1, 10.0), (1e308, 2.0, 0.5), (3.0, 3.0, 5.0),
+                                             (2.0 ** -1074 * 3, 0.5, 0.5)],
+                         ids=["rounds twice", "overflows on one side", "no power of two", "subnormal halvings"])
+def test_scalings_that_would_round_differently_are_not_merged(x_value, c1, c2):
+    x = sg.placeholder((1,), name="x")
+    fn = check_against_unoptimized((x * c1) * c2, [x], [np.array([x_value])])
+    assert ops_of(fn)["mul"] == 2
