@@ -20,6 +20,7 @@ from .plan import plan_memory
 SCRATCH = 16384     # float64s in the scratch block (registers x block width): 128 KB stays in L2
 MIN_WIDTH = 8       # elements per block however many registers: one dispatch per op serves several
 SMALL = 4096        # elements: below this a numpy call costs more than the work it does
+MIN_NODES = 8       # nodes a small region needs before one kernel call beats their numpy calls
 _interpreters = {}  # frozenset of ops -> the interpreter compiled for them
 
 
@@ -134,13 +135,14 @@ def interpreter(ops):
 def worth_fusing(region, shapes) -> bool:
     """Whether one interpreter call beats numpy's calls for ``region``.
 
-    On small arrays a numpy call's fixed cost dominates: fuse. On large ones numpy's loops are as fast as
+    On small arrays a numpy call's fixed cost (about 1.3 µs) dominates: fuse, when the region has enough
+    nodes to pay for the kernel call's own (about 8 µs: packing, numba's dispatch). On large ones numpy's loops are as fast as
     the interpreter's, and packing the inputs into float64 (and converting float32 outputs back) costs a
     pass each, so only a region with many more nodes than values crossing its border gains.
     """
     size = math.prod(region.shape)
     if size <= SMALL:
-        return True
+        return len(region.nodes) >= MIN_NODES
     crossing = sum(1 for j in region.inputs if math.prod(shapes[j]) > 1) + 2 * len(region.outputs)
     return len(region.nodes) >= 2 * crossing
 

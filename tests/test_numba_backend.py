@@ -154,7 +154,7 @@ def test_unknown_backend_is_an_error():
         sg.compile(x * 2.0, inputs=[x], backend="cuda")
 
 
-def test_large_shallow_regions_stay_numpy_and_large_deep_ones_fuse():
+def test_shallow_regions_stay_numpy_and_deep_ones_fuse():
     rng = np.random.default_rng(7)
     x = sg.placeholder((64, 128), name="x")
     b = sg.parameter(rng.normal(size=128), name="b")
@@ -163,6 +163,10 @@ def test_large_shallow_regions_stay_numpy_and_large_deep_ones_fuse():
     X = rng.normal(size=(64, 128))
     np.testing.assert_array_equal(fn(X), np.maximum(X + b.value, 0))
     assert fn.report().summary["fused_regions"] == 0 and "fused loop" not in fn.source
+    small = sg.placeholder((16,), name="small")
+    few = sg.compile(sg.relu(small + 1.0), inputs=[small], backend="numba")
+    np.testing.assert_array_equal(few(np.arange(-8.0, 8.0)), np.maximum(np.arange(-8.0, 8.0) + 1, 0))
+    assert few.report().summary["fused_regions"] == 0      # two numpy calls cost less than one kernel call
     xs, outs = chain(8192, 6)                # 40 nodes over the same numbers: one kernel
     deep = sg.compile(outs, inputs=[xs], backend="numba")
     X = rng.uniform(-0.2, 0.2, 8192)
