@@ -51,18 +51,16 @@ def sub_zero(rw, node):
     return None
 
 
-def _exact_merge(c1, c2) -> bool:
-    """Whether (x * c1) * c2 == x * (c1 * c2) for every x: one factor is a power of two and both are at
-    least 1 in magnitude. Then x * 2**k is exact (it cannot underflow, and it overflows only where the
-    other side does too) and both sides round x * c1 * c2 once. Other pairs round twice, or overflow on
-    one side only (1e308 * 2 * 0.5), so they stay as written."""
+def _exact_merge(inner, outer) -> bool:
+    """Whether (x * inner) * outer == x * (inner * outer) for every x: ``inner`` is a power of two and both
+    are at least 1 in magnitude. Then x * inner is exact (it cannot underflow, and it overflows only where
+    the other side does too) and both sides round x * inner * outer once. Other pairs can round twice, in
+    the subnormal range too ((3e-324 * 1.5) * 2**60), or overflow on one side only (1e308 * 2 * 0.5)."""
     try:
-        a, b = abs(float(c1)), abs(float(c2))
+        a, b = abs(float(inner)), abs(float(outer))
     except TypeError:            # complex factors: left alone
         return False
-    if not (a >= 1.0 and b >= 1.0):
-        return False
-    return any(math.frexp(v)[0] == 0.5 for v in (a, b) if math.isfinite(v))
+    return a >= 1.0 and b >= 1.0 and math.isfinite(a) and math.frexp(a)[0] == 0.5
 
 
 def mul_one(rw, node):
@@ -81,7 +79,7 @@ def mul_one(rw, node):
             for y, d in (tuple(rw.inputs(x)), tuple(reversed(rw.inputs(x)))):
                 dv = scalar_value(rw, d)
                 if (dv is not None and same_type(y, node) and c.dtype == node.dtype and d.dtype == node.dtype
-                        and _exact_merge(cv, dv)):
+                        and _exact_merge(dv, cv)):
                     with np.errstate(all="ignore"):
                         product = np.multiply(rw.const_value(c).reshape(()), rw.const_value(d).reshape(()))
                     # An overflowing or vanishing product would turn 0*c1*c2 or inf*c1*c2 into NaN.
