@@ -117,6 +117,13 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     keep = set(graph.outputs) | {e for _, e in graph.updates}
     paired = _pairs(nodes, order, memory, region_end)
     counter, temps = 0, set()
+
+    def drop_dead(read, step):           # intermediates whose last reader ran at ``step``
+        dead = [names[j] for j in dict.fromkeys(read)
+                if last_use.get(j) == step and j not in keep and names[j] in temps]
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+
     for step, i in enumerate(order):
         node = nodes[i]
         if node.op in ("placeholder", "parameter"):
@@ -124,10 +131,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         if i in paired:
             pair = paired[i]
             if pair is None:             # computed with its partner, earlier
-                dead = [names[j] for j in dict.fromkeys(node.inputs)
-                        if last_use.get(j) == step and j not in keep and names[j] in temps]
-                if dead:
-                    lines.append(f"    del {', '.join(dead)}")
+                drop_dead(node.inputs, step)
                 continue
             kernel, both = pair
             for j in both:
@@ -138,10 +142,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind(kernel.__name__.strip('_').removesuffix('kernel'), kernel)}({args})"
                          f"{_comment(nodes[both[0]])}; one pass with:{_comment(nodes[both[1]])[3:]}")
             line_nodes[len(lines)] = i
-            dead = [names[j] for j in dict.fromkeys(node.inputs)
-                    if last_use.get(j) == step and j not in keep and names[j] in temps]
-            if dead:
-                lines.append(f"    del {', '.join(dead)}")
+            drop_dead(node.inputs, step)
             continue
         if node.op == "constant":
             names[i] = ns.bind("c", node.value)
@@ -161,10 +162,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             lines.append(f"    {', '.join(outs)}, = {ns.bind('fused', kernel)}({', '.join(args)})"
                          f"  # fused loop over {len(region.nodes)} nodes: {ops}")
             line_nodes[len(lines)] = i
-            dead = [names[j] for j in region.inputs
-                    if last_use.get(j) == step and j not in keep and names[j] in temps]
-            if dead:
-                lines.append(f"    del {', '.join(dead)}")
+            drop_dead(region.inputs, step)
             continue
         counter += 1
         var = f"v{counter}"
@@ -186,10 +184,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             temps.add(var)
         lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}")
         line_nodes[len(lines)] = i
-        dead = [names[j] for j in dict.fromkeys(node.inputs)
-                if last_use.get(j) == step and j not in keep and names[j] in temps]
-        if dead:
-            lines.append(f"    del {', '.join(dead)}")
+        drop_dead(node.inputs, step)
 
     outs, returned = [], set()
     for o in graph.outputs:

@@ -228,7 +228,7 @@ class Function:
         if self._backend == "numba" and program is numpy_program:
             # (a plan that runs as scalar code never needs the interpreter, nor its compile)
             from .numba_backend import fused_program
-            fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes, memory)
+            fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes)
             self._backend_seconds += seconds
             if fused is not None:               # else no region gains from a kernel: the numpy plan runs
                 fused.shapes = shapes

@@ -147,13 +147,13 @@ def worth_fusing(region, shapes) -> bool:
     return len(region.nodes) >= 2 * crossing
 
 
-def fused_program(graph, order, params, inputs, shapes, memory=None):
+def fused_program(graph, order, params, inputs, shapes):
     """The plan's program with every elementwise region computed by a numba interpreter.
 
     Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
     has an op that none compiled so far knows); the program is None when no region is worth a kernel.
-    Nothing is compiled per plan, so there is no first run to pay for up front. ``memory`` (the numpy
-    plan's) is not used: regions move nodes, so the workspace is planned again over the new order.
+    Nothing is compiled per plan, so there is no first run to pay for up front. Regions move nodes, so the
+    workspace is planned again over the new order (the numpy plan's does not fit).
     """
     start = time.perf_counter()
     regions, order = fuse.find_regions(graph, order, shapes)
