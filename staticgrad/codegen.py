@@ -38,10 +38,15 @@ def _identifier(name, taken) -> str | None:
 
 
 class Program:
-    """Generated source, the namespace it runs in, and the line -> node map used to explain failures."""
+    """Generated source, the namespace it runs in, and the line -> node map used to explain failures.
 
-    def __init__(self, source, namespace, line_nodes, memory=None):
+    ``handoff`` maps an update's index to the namespace name of the workspace buffer its new value is
+    written into: after a call that buffer is the parameter's, and the caller must rebind the name.
+    """
+
+    def __init__(self, source, namespace, line_nodes, memory=None, handoff=None):
         self.source, self.namespace, self.line_nodes, self.memory = source, namespace, line_nodes, memory
+        self.handoff = handoff or {}
         exec(compile(source, "<staticgrad>", "exec"), namespace)
         self.run = namespace["run"]
 
@@ -116,6 +121,8 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             last_use[j] = step_of[region_end[i]] if i in region_end else step
     keep = set(graph.outputs) | {e for _, e in graph.updates}
     paired = _pairs(nodes, order, memory, region_end)
+    handed = set(memory.handoff) if memory is not None else set()
+    updated = {e: p for k, (p, e) in enumerate(graph.updates) if k in handed}
     counter, temps = 0, set()
 
     def drop_dead(read, step):           # intermediates whose last reader ran at ``step``
@@ -182,7 +189,8 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
                 args.append(f"out={out}")
         else:
             temps.add(var)
-        lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}")
+        note = _UNPRINTABLE.sub("?", f"; {out} becomes {nodes[updated[i]].label()}'s array") if i in updated else ""
+        lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}{note}")
         line_nodes[len(lines)] = i
         drop_dead(node.inputs, step)
 
@@ -197,7 +205,8 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     outs = ", ".join(outs)
     ups = ", ".join(names[e] for _, e in graph.updates)
     lines.append(f"    return [{outs}], [{ups}]")
-    return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory)
+    handoff = {k: slots[slot] for k, slot in memory.handoff.items()} if memory is not None else {}
+    return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory, handoff)
 
 
 def _pairs(nodes, order, memory, fused):

@@ -1,6 +1,7 @@
 """The compiled Function: checks feeds, runs the generated code, then assigns the parameter updates."""
 from __future__ import annotations
 
+import sys
 
 import numpy as np
 
@@ -13,6 +14,16 @@ from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
 
 class ExecutionError(StaticgradError):
     """A kernel failed while a compiled function ran (for example sizes that disagree at run time)."""
+
+
+def _references_of_a_local() -> int:
+    # What sys.getrefcount reports for an array only one local variable refers to, on this interpreter.
+    probe = np.empty(0)
+    return sys.getrefcount(probe)
+
+
+# Only CPython's reference counts say for sure that nothing else can see an array.
+_ALONE = _references_of_a_local() if sys.implementation.name == "cpython" else None
 
 
 def _num(value) -> str:
@@ -63,6 +74,8 @@ class ScalarProgram:
         self.run, self.source, self.fallback = run, source, fallback
         self.regions = getattr(fallback, "regions", 0)
         self.memory, self.line_nodes, self.shapes = fallback.memory, fallback.line_nodes, fallback.shapes
+        # When the fallback runs, its new parameter values may be its workspace buffers (see _assign).
+        self.handoff, self.namespace = fallback.handoff, fallback.namespace
 
 
 def _maybe_scalar(graph, order, param_ids, shapes, program, feeds):
@@ -169,7 +182,7 @@ class Function:
                   "        raise",
                   "    except Exception as err:",
                   "        raise explain(err, program) from err",
-                  "    if new_values: assign(new_values, outputs)"]
+                  "    if new_values: assign(new_values, outputs, program)"]
         if self._single:
             lines += ["    out = outputs[0]", "    return out if type(out) is ndarray else asarray(out)"]
         else:
@@ -194,7 +207,7 @@ class Function:
         except Exception as err:
             raise self._explain(err, program) from err
         if new_values:
-            self._assign(new_values, outputs)
+            self._assign(new_values, outputs, program)
         # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
         if self._single:
             out = outputs[0]
@@ -273,7 +286,7 @@ class Function:
             raise FeedError(f"missing feed for placeholder {', '.join(map(repr, missing))}: {detail}")
         return [check_feed(node, given[node.id]) for node in self._inputs]
 
-    def _assign(self, new_values, outputs=()):
+    def _assign(self, new_values, outputs=(), program=None):
         # Check every new value before assigning any, so a failing call changes no parameter.
         # A value the caller or another parameter also holds is copied: a parameter owns its array.
         held = {id(p._value) for p in self._params}
@@ -286,9 +299,19 @@ class Function:
             if id(value) in held or value.base is not None or not value.flags.writeable:
                 value = value.copy()
             held.add(id(value))
-            checked.append((param, value))
-        for param, value in checked:
+            checked.append((param, k, value))
+        handoff = program.handoff if program is not None else {}
+        for param, k, value in checked:
+            old = param._value
             param._value = value
+            name = handoff.get(k)
+            if name is not None and program.namespace[name] is value:
+                # The plan wrote this new value into one of its workspace buffers, which now belongs to
+                # the parameter. The replaced array takes its place if nothing else can see it (the
+                # caller, a view, another parameter); else the plan gets a new buffer.
+                alone = (sys.getrefcount(old) == _ALONE and type(old) is np.ndarray and old.base is None
+                         and old.flags.c_contiguous and old.flags.writeable)
+                program.namespace[name] = old if alone else np.empty_like(value)
 
     @staticmethod
     def _conform(param, value):

@@ -81,6 +81,7 @@ class MemoryPlan:
         self.peak_unplanned = 0   # bytes: every intermediate kept until the call returns
         self.inplace = 0          # results written over an operand that died at that step
         self.fixed_out = {}       # node id -> the buffer its kernel writes into (batched rows)
+        self.handoff = {}         # update index -> slot whose buffer becomes the parameter's new value
 
 
 def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan:
@@ -107,6 +108,7 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
         last[i] = end
     for step, i in enumerate(order):
         plan.free_after.setdefault(last.get(i, step), []).append(i)
+    handing = _handoff_candidates(graph, base, shapes) if enable else {}
 
     free = {}                     # (shape, dtype) -> [slot indices]
     dying_at = {}                 # step -> storage bases whose last use is that step
@@ -131,7 +133,17 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
             # An operand that dies here can take the result in place (ufuncs handle exact overlap).
             for b in dying:
                 free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
-        if usable and free.get(key):
+        taken = None
+        if i in handing and elementwise and accepts_out(node.op):
+            # A new parameter value written over a dying operand of its own shape: that buffer is still
+            # in cache, and after the call it belongs to the parameter (Function._assign puts the old
+            # parameter array into the slot instead). Escaping, the slot is not freed again.
+            taken = next((plan.slot[b] for b in dying if slot_key(plan, b) == key), None)
+        if taken is not None:
+            plan.slot[i] = taken
+            plan.handoff[handing[i]] = taken
+            plan.inplace += 1
+        elif usable and free.get(key):
             plan.slot[i] = free[key].pop()
             if elementwise and any(plan.slot.get(b) == plan.slot[i] for b in dying):
                 plan.inplace += 1
@@ -143,12 +155,31 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
             live_fresh += size
         if not (usable and elementwise):
             for b in dying:
-                free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
+                if plan.slot[b] != taken:
+                    free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
         plan.peak_planned = max(plan.peak_planned, workspace + live_fresh)
         for b in dying_at.get(step, ()):
             if b not in plan.slot and b in sizes and b not in escaping:
                 live_fresh -= sizes[b]
     return plan
+
+
+def _handoff_candidates(graph, base, shapes):
+    """Update values that may take a workspace buffer: node id -> update index.
+
+    Each must be the new value of exactly one parameter, have its shape and dtype, own its storage and
+    not be returned as an output too (the caller would then hold the parameter's array).
+    """
+    nodes, returned = graph.nodes, set(graph.outputs)
+    counts = {}
+    for _, e in graph.updates:
+        counts[e] = counts.get(e, 0) + 1
+    found = {}
+    for k, (p, e) in enumerate(graph.updates):
+        if (counts[e] == 1 and e not in returned and base.get(e) == e and nodes[e].op not in LEAVES
+                and tuple(shapes[e]) == tuple(nodes[p].shape) and nodes[e].dtype == nodes[p].dtype):
+            found[e] = k
+    return found
 
 
 def slot_key(plan, node_id):

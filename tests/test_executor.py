@@ -390,3 +390,76 @@ def test_two_updates_with_one_value_leave_two_separate_arrays():
     np.testing.assert_array_equal(b.value, np.ones(3))
     out[...] = 0.0
     np.testing.assert_array_equal(a.value[1:], np.ones(2))
+
+
+# ------------------------------------------------------------------ new parameter values take workspace buffers
+def _sgd(rng):
+    x = sg.placeholder((None, 3), name="x")
+    W = sg.parameter(rng.normal(size=(3, 2)), name="W")
+    b = sg.parameter(rng.normal(size=2), name="b")
+    loss = sg.mean(sg.tanh(x @ W + b) ** 2)
+    gW, gb = sg.grad(loss, [W, b])
+    fn = sg.compile(loss, inputs=[x], updates=[(W, W - 0.5 * gW), (b, b - 0.5 * gb)])
+    return x, W, b, fn
+
+
+def test_new_parameter_values_are_written_over_a_dying_buffer_then_handed_over(rng):
+    _, W, b, fn = _sgd(np.random.default_rng(1))
+    x2, W2, b2, fresh = _sgd(np.random.default_rng(1))
+    held, seen, fresh_seen = [], set(), set()
+    for k in range(6):
+        X = rng.normal(size=(5 if k % 2 else 4, 3))        # two plans, each with its own workspace
+        fn(X)
+        held += [W2.value, b2.value]      # holding every old value: ``fresh`` must allocate each time
+        fresh({x2: X})                    # (and by dict: the other calling path)
+        seen.add(id(W.value))
+        fresh_seen.add(id(W2.value))
+        np.testing.assert_array_equal(W.value, W2.value)     # the same bits either way
+        np.testing.assert_array_equal(b.value, b2.value)
+    assert len(seen) <= 4                                     # two arrays per plan take turns
+    assert len(fresh_seen) == 6
+    assert re.search(r"= sub_\d+\(p_W, v\d+, (w\d+)\)  # sub \[update\] .*; \1 becomes W's array", fn.source)
+
+
+def test_an_old_value_someone_still_holds_is_never_written(rng):
+    X = rng.normal(size=(5, 3))
+    _, W, b, fn = _sgd(rng)
+    fn(X)
+    kept = W.value                     # the caller keeps the value of one step...
+    row = b.value[:1]                  # ...and a view of another
+    kept_copy, row_copy = kept.copy(), row.copy()
+    for _ in range(4):
+        fn(X)
+        assert W.value is not kept
+    np.testing.assert_array_equal(kept, kept_copy)
+    np.testing.assert_array_equal(row, row_copy)
+
+
+def test_a_failed_call_after_a_handover_still_changes_nothing(rng, boom):
+    x, t, W, b, outputs, updates = _training_step(rng, boom)
+    fn = sg.compile(outputs, inputs=[x, t], updates=updates)
+    for _ in range(3):                 # buffers have changed hands a few times
+        fn(np.ones((4, 3)), np.zeros(4))
+    assert "becomes W's array" in fn.source
+    W_before, b_before = W.value.copy(), b.value.copy()
+    with pytest.raises(ValueError):
+        fn(np.full((4, 3), 50.0), np.zeros(4))     # fails after the new W was written into the buffer
+    np.testing.assert_array_equal(W.value, W_before)
+    np.testing.assert_array_equal(b.value, b_before)
+    fn(np.ones((4, 3)), np.zeros(4))
+    assert not np.array_equal(W.value, W_before)
+
+
+def test_scalar_plan_falling_back_to_numpy_hands_buffers_over_safely():
+    x = sg.placeholder((2,), name="x")
+    w = sg.parameter(np.array([1.0, 2.0]), name="w")
+    fn = sg.compile(sg.sum(sg.sqrt(x) * w), inputs=[x], updates=[(w, w - 0.5 * x)])
+    expected = np.array([1.0, 2.0])
+    with np.errstate(invalid="ignore"):
+        for X in ([1.0, 4.0], [-1.0, 4.0], [1.0, 4.0], [-1.0, 9.0], [-4.0, 1.0]):
+            fn(np.array(X))          # sqrt(-1): the scalar code gives up and the numpy plan runs
+            expected = expected - 0.5 * np.array(X)
+            np.testing.assert_array_equal(w.value, expected)
+            program = fn._last
+            assert all(w.value is not v for v in program.namespace.values())
+    assert fn.report().summary["program"] == "scalar" and program.handoff

@@ -329,3 +329,39 @@ def test_shape_error_names_op_shapes_and_line(op, shapes, make):
 def test_shape_errors_are_value_errors():
     with pytest.raises(ValueError):
         _ph(3) + _ph(4)
+
+
+def test_relu_kernel_has_numpys_bits_on_every_path():
+    from staticgrad.ops.elementwise import relu_kernel
+    special = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, 3.0, -3.0]
+    for dtype in (np.float32, np.float64):
+        for shape in [(4, 320), (640,), (3, 10), (2, 9000)]:     # zero-row path and scalar path
+            x = np.resize(np.array(special, dtype), shape)
+            for out in (None, np.empty(shape, dtype)):
+                got = relu_kernel(x, out=out)
+                want = np.maximum(x, 0)
+                assert got.dtype == dtype and (out is None or got is out)
+                np.testing.assert_array_equal(got.view(f"i{x.itemsize}"), want.view(f"i{x.itemsize}"))
+        x = np.resize(np.array(special, dtype), (4, 320)).T          # not contiguous
+        np.testing.assert_array_equal(relu_kernel(x).view(f"i{x.itemsize}"),
+                                      np.maximum(x, 0).view(f"i{x.itemsize}"))
+
+
+def test_softmax_cross_entropy_kernels_follow_the_textbook_order_of_operations():
+    from staticgrad.ops import nn as nn_ops
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        z = (rng.standard_normal((2, 3, 6)) * 20).astype(dtype)
+        t = rng.integers(0, 6, (2, 3))
+        rows, labels = z.reshape(-1, 6), t.reshape(-1)
+        m = rows.max(axis=1, keepdims=True)
+        e = np.exp(rows - m)
+        s = e.sum(axis=1, keepdims=True)
+        lse = np.log(s[:, 0]) + m[:, 0] - rows[np.arange(6), labels]
+        assert nn_ops._sce_kernel(z, t) == np.add.reduce(lse) / 6
+        g = e / s
+        g[np.arange(6), labels] -= 1
+        np.testing.assert_array_equal(nn_ops._sce_grad_kernel(z, t), (g / 6).reshape(z.shape))
+        for bad in (-1, 6):
+            with pytest.raises(ValueError, match=r"labels must lie in \[0, 6\)"):
+                nn_ops._sce_kernel(z, np.where(t == t[0, 0], bad, t))

@@ -37,6 +37,10 @@ def sigmoid_kernel(x):
 
 
 def relu_kernel(x, out=None):
+    if x.dtype == np.float32 and x.ndim and 256 <= x.shape[-1] <= 8192 and x.flags.c_contiguous:
+        # numpy's float32 maximum runs its vector loop only when both operands are walked contiguously:
+        # against a row of zeros it is 2-3x faster than against the scalar 0, with the same bits.
+        return np.maximum(x, np.zeros(x.shape[-1], np.float32), out=out)
     return np.maximum(x, 0, out=out)
 
 

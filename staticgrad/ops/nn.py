@@ -50,7 +50,9 @@ def log_softmax(x, axis=-1):
 
 # ------------------------------------------------------------------ one-hot and the fused loss
 def _check_labels(labels, classes):
-    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+    # The ufuncs' reduce directly: ndarray.min/max add a Python wrapper's cost on every training step.
+    if labels.size and (np.minimum.reduce(labels, axis=None) < 0
+                        or np.maximum.reduce(labels, axis=None) >= classes):
         raise ValueError(f"labels must lie in [0, {classes}), got values in "
                          f"[{labels.min()}, {labels.max()}]")
 
@@ -70,33 +72,40 @@ def _rows(logits, labels):
     _check_labels(labels, classes)
     z = logits.reshape(-1, classes)
     m = np.maximum.reduce(z, axis=1, keepdims=True)
-    if not np.isfinite(m).all():
+    # One sum stands in for an all(isfinite) over the rows; an overflowing sum of finite maxima only
+    # sends it down the exact path, which then changes nothing.
+    if not np.isfinite(np.add.reduce(m, axis=None)):
         m = np.where(np.isfinite(m), m, 0)
     return z, labels.reshape(-1), m
 
 
-def _sce_loss(z, t, m, e, s):
-    # the mean over rows of logsumexp(z) - z[label]; ``e`` = exp(z - m), ``s`` its row sums
-    if not len(t):
+def _sce_parts(logits, labels):
+    """(z, m, e, s, at): rows, row maxima, e = exp(z - m), its row sums, and the flat index of each label."""
+    z, t, m = _rows(logits, labels)
+    e = np.subtract(z, m)
+    np.exp(e, out=e)
+    classes = z.shape[1]
+    at = np.arange(0, len(t) * classes, classes)
+    at += t
+    return z, m, e, np.add.reduce(e, axis=1, keepdims=True), at
+
+
+def _sce_loss(z, m, e, s, at):
+    # the mean over rows of logsumexp(z) - z[label]
+    if not len(at):
         return z.dtype.type(np.nan)          # the mean over an empty batch
     lse = np.log(s[:, 0])
     lse += m[:, 0]
-    lse -= z[np.arange(len(t)), t]
-    return np.add.reduce(lse) / len(t)
+    lse -= z.take(at)
+    return np.add.reduce(lse) / len(at)
 
 
-def _sce_grad_rows(t, e, s, size):
+def _sce_grad_rows(z, m, e, s, at):
     # (softmax - onehot) / N, computed in e's memory
     e /= s
-    e[np.arange(len(t)), t] -= 1
-    e /= max(size, 1)
+    e.reshape(-1)[at] -= 1
+    e /= max(len(at), 1)
     return e
-
-
-def _sce_parts(logits, labels):
-    z, t, m = _rows(logits, labels)
-    e = np.exp(z - m)
-    return z, t, m, e, np.add.reduce(e, axis=1, keepdims=True)
 
 
 def _sce_kernel(logits, labels):
@@ -106,9 +115,8 @@ def _sce_kernel(logits, labels):
 def _sce_pair_kernel(logits, labels):
     """The loss and its gradient from one pass over the logits (the generated code calls this when a
     plan has both, as a training step does)."""
-    z, t, m, e, s = _sce_parts(logits, labels)
-    loss = _sce_loss(z, t, m, e, s)
-    return loss, _sce_grad_rows(t, e, s, labels.size).reshape(logits.shape)
+    parts = _sce_parts(logits, labels)
+    return _sce_loss(*parts), _sce_grad_rows(*parts).reshape(logits.shape)
 
 
 def _sce_spec(inputs):
@@ -131,8 +139,7 @@ def _sce_vjp(g, out, logits, labels):
 
 
 def _sce_grad_kernel(logits, labels):
-    z, t, m, e, s = _sce_parts(logits, labels)
-    return _sce_grad_rows(t, e, s, labels.size).reshape(logits.shape)
+    return _sce_grad_rows(*_sce_parts(logits, labels)).reshape(logits.shape)
 
 
 def _sce_grad_vjp(g, out, logits, labels):
