@@ -121,6 +121,13 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
     for step, i in enumerate(order):
         node = nodes[i]
         if node.op in LEAVES or base[i] != i or i in plan.fixed_out:
+            # No slot for this one, but what its step ends is free again (a batched node writes its own
+            # buffer, so the operands' slots can go to later nodes).
+            for b in dying_at.get(step, ()):
+                if b in plan.slot:
+                    free.setdefault(slot_key(plan, b), []).append(plan.slot[b])
+                elif b in sizes and b not in escaping:
+                    live_fresh -= sizes[b]
             continue
         size = nbytes(shapes[i], node.dtype)
         sizes[i] = size

@@ -124,3 +124,15 @@ def test_a_leaf_term_splits_the_fold_and_one_number_per_row_does_not_fold():
     fn = _numpy_plan(total, x)
     np.testing.assert_array_equal(fn(0.3), unbatched([total], x)(0.3)[0])
     assert not getattr(fn._last, "folds", 0)
+
+
+def test_slots_freed_where_a_batched_op_writes_its_rows_are_reused():
+    # Each cycle's tanh writes into a row of a stacked buffer; what it read (sin * 0.9 + x) dies there,
+    # and its slot must serve the next cycle instead of a new slot per cycle.
+    X = np.random.default_rng(3).uniform(-0.2, 0.2, 10)
+    for cycles in (10, 40):
+        x, outs = chain(10, cycles)
+        fast = sg.compile(outs, inputs=[x])
+        for a, b in zip(fast(X), unbatched(outs, x)(X)):
+            np.testing.assert_array_equal(a, b)
+        assert fast._last.batched and fast.report().summary["workspace_slots"] <= 4
