@@ -107,7 +107,17 @@ def measure(workload, data, prepare, rounds, target_s, budget_s=None, phase=None
     result["ratio"] = stats[impl.impl]["median_s"] / stats["numpy"]["median_s"]
     result["other_clock_ratio"] = (stats[impl.impl]["other_clock"]["median_s"] /
                                    stats["numpy"]["other_clock"]["median_s"])
+    result["paired_ratio"] = paired_ratio(stats[impl.impl]["samples_s"], stats["numpy"]["samples_s"])
     return result
+
+
+def paired_ratio(samples, reference_samples) -> dict:
+    """Median and quartiles of the per-round ratios: each round's time over the reference's round next to
+    it. What drifts over minutes on a shared machine weighs on both rounds of a pair, so this spread shows
+    how much of a ratio is noise."""
+    ratios = sorted(a / b for a, b in zip(samples, reference_samples))
+    q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else ratios * 3
+    return {"median": statistics.median(ratios), "q1": q[0], "q3": q[2]}
 
 
 # ------------------------------------------------------------------ which BLAS runs

@@ -360,7 +360,11 @@ def goal_lines(doc) -> list:
     for name, goal in GOALS.items():
         r = by_name.get(name)
         if r and r.get("status") == "ok":
-            out.append(f"  {name}: {r['ratio']:.2f} x hand numpy (goal <= {goal:.2f}): {mark(r['ratio'] <= goal)}")
+            paired = r.get("paired_ratio")
+            spread = (f" (round by round: median {paired['median']:.2f}, quartiles {paired['q1']:.2f}-"
+                      f"{paired['q3']:.2f})" if paired else "")
+            out.append(f"  {name}: {r['ratio']:.2f} x hand numpy (goal <= {goal:.2f}): {mark(r['ratio'] <= goal)}"
+                       f"{spread}")
     for name, limit, what in (("C", 0.3, "2,000-op chain compile"), ("chain100000", 15.0, "100,000-op compile")):
         costs = by_name.get(name, {}).get("costs")
         if costs:

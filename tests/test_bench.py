@@ -115,6 +115,16 @@ def test_interleaved_timing_shape():
         assert stats[name]["calls_per_round"] >= 1
 
 
+def test_paired_ratio_compares_each_round_with_its_neighbour(doc):
+    # a slow machine in round 2 weighs on both of its rounds: round by round the ratio stays 0.5
+    spread = measure.paired_ratio([1.0, 4.0, 1.0, 1.0, 1.0], [2.0, 8.0, 2.0, 2.0, 2.0])
+    assert spread == {"median": 0.5, "q1": 0.5, "q3": 0.5}
+    assert measure.paired_ratio([1.0, 3.0], [2.0, 2.0])["median"] == 1.0
+    result = next(e for e in doc["workloads"] if e["name"] == "D")["results"]["staticgrad"]
+    assert result["paired_ratio"]["q1"] <= result["paired_ratio"]["median"] <= result["paired_ratio"]["q3"]
+    assert "round by round: median" in "\n".join(bench.goal_lines(doc))
+
+
 def test_bench_env_unpins_openblas_and_fixes_threads():
     env = bench.bench_env(1, base={"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_L2_SIZE": "1", "HOME": "/x"})
     assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
