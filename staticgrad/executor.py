@@ -291,6 +291,8 @@ class Function:
         # A value the caller or another parameter also holds is copied: a parameter owns its array.
         held = {id(p._value) for p in self._params}
         held.update(map(id, outputs))
+        # (an output may also be a view of a new value: the memory it shows is the caller's too)
+        held.update([id(o.base) for o in outputs if type(o) is np.ndarray and o.base is not None])
         checked = []
         for param, k in self._updates:
             value = new_values[k]

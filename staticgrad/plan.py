@@ -175,9 +175,9 @@ def _handoff_candidates(graph, base, shapes):
     """Update values that may take a workspace buffer: node id -> update index.
 
     Each must be the new value of exactly one parameter, have its shape and dtype, own its storage and
-    not be returned as an output too (the caller would then hold the parameter's array).
+    not be returned, nor viewed by an output (the caller would then hold the parameter's array).
     """
-    nodes, returned = graph.nodes, set(graph.outputs)
+    nodes, returned = graph.nodes, {base.get(o, o) for o in graph.outputs}     # outputs and what they view
     counts = {}
     for _, e in graph.updates:
         counts[e] = counts.get(e, 0) + 1

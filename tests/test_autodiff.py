@@ -312,7 +312,6 @@ def test_gradient_of_an_mlp_loss_matches_torch(rng):
 
 
 def test_backward_nodes_name_the_grad_line_or_a_custom_vjps_own_line():
-    import numpy as np
     from staticgrad.ops.registry import REGISTRY, apply, defop, same_spec
 
     def double_vjp(g, out, x):

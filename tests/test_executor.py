@@ -279,6 +279,24 @@ def test_an_output_that_is_also_an_update_does_not_alias_the_parameter(compile_b
     np.testing.assert_array_equal(fn(), [4.0, 8.0])
 
 
+def test_an_output_viewing_an_update_does_not_alias_the_parameter():
+    W = sg.parameter(np.ones((20, 30)), name="W")         # large enough for numpy code, not scalar code
+    x = sg.placeholder((20, 30), name="x")
+    W_new = W - 0.5 * (x * x)            # written over a dying workspace value: could be handed to W
+    fn = sg.compile([sg.transpose(W_new), sg.reshape(W_new, (600,))], inputs=[x], updates=[(W, W_new)])
+    kept = []
+    for k in range(3):
+        t_view, flat = fn(np.full((20, 30), 2.0))
+        assert fn.report().summary["program"] == "numpy"
+        assert not np.shares_memory(t_view, W.value) and not np.shares_memory(flat, W.value)
+        np.testing.assert_array_equal(t_view.T, W.value)
+        kept.append(t_view)
+        flat[...] = 7.0                  # the caller owns what it got back
+        assert (W.value != 7.0).all()
+    for k, t_view in enumerate(kept):    # and later calls never write into it
+        np.testing.assert_array_equal(t_view, np.full((30, 20), -1.0 - 2.0 * k))
+
+
 def test_a_parameter_updated_to_a_constant_stays_writable_and_the_constant_intact():
     A = sg.parameter(np.array([1.0, 2.0]), name="A")
     fn = sg.compile([], updates={A: sg.constant(np.array([5.0, 6.0]))})
