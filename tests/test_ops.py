@@ -365,3 +365,9 @@ def test_softmax_cross_entropy_kernels_follow_the_textbook_order_of_operations()
         for bad in (-1, 6):
             with pytest.raises(ValueError, match=r"labels must lie in \[0, 6\)"):
                 nn_ops._sce_kernel(z, np.where(t == t[0, 0], bad, t))
+        for label_dtype in (np.int8, np.uint8, np.int32, np.uint64):     # any integer labels, same bits
+            loss, grad = nn_ops._sce_pair_kernel(z, t.astype(label_dtype))
+            assert loss == nn_ops._sce_kernel(z, t)
+            np.testing.assert_array_equal(grad, nn_ops._sce_grad_kernel(z, t))
+        with pytest.raises(ValueError, match="got values in"):
+            nn_ops._sce_kernel(z, np.where(t == t[0, 0], -1, t).astype(np.int8))

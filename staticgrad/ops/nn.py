@@ -1,6 +1,8 @@
 """Normalizing ops: softmax, log_softmax and the fused softmax cross-entropy loss."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..tensor import ShapeError, format_shape
@@ -50,9 +52,8 @@ def log_softmax(x, axis=-1):
 
 # ------------------------------------------------------------------ one-hot and the fused loss
 def _check_labels(labels, classes):
-    # The ufuncs' reduce directly: ndarray.min/max add a Python wrapper's cost on every training step.
-    if labels.size and (np.minimum.reduce(labels, axis=None) < 0
-                        or np.maximum.reduce(labels, axis=None) >= classes):
+    # One reduction per training step: seen as unsigned, a negative label is larger than any class.
+    if labels.size and np.maximum.reduce(labels.view(f"u{labels.itemsize}"), axis=None) >= classes:
         raise ValueError(f"labels must lie in [0, {classes}), got values in "
                          f"[{labels.min()}, {labels.max()}]")
 
@@ -84,10 +85,16 @@ def _sce_parts(logits, labels):
     z, t, m = _rows(logits, labels)
     e = np.subtract(z, m)
     np.exp(e, out=e)
-    classes = z.shape[1]
-    at = np.arange(0, len(t) * classes, classes)
-    at += t
+    at = np.add(_row_starts(*z.shape), t, dtype=np.intp)
     return z, m, e, np.add.reduce(e, axis=1, keepdims=True), at
+
+
+@functools.lru_cache(maxsize=16)
+def _row_starts(rows, classes):
+    # The flat index where each row starts; a training loop asks for the same few batch sizes.
+    starts = np.arange(0, rows * classes, classes)
+    starts.flags.writeable = False
+    return starts
 
 
 def _sce_loss(z, m, e, s, at):
