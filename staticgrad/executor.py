@@ -16,14 +16,8 @@ class ExecutionError(StaticgradError):
     """A kernel failed while a compiled function ran (for example sizes that disagree at run time)."""
 
 
-def _references_of_a_local() -> int:
-    # What sys.getrefcount reports for an array only one local variable refers to, on this interpreter.
-    probe = np.empty(0)
-    return sys.getrefcount(probe)
-
-
 # Only CPython's reference counts say for sure that nothing else can see an array.
-_ALONE = _references_of_a_local() if sys.implementation.name == "cpython" else None
+_REFCOUNTS = sys.implementation.name == "cpython"
 
 
 def _num(value) -> str:
@@ -303,6 +297,7 @@ class Function:
             held.add(id(value))
             checked.append((param, k, value))
         handoff = program.handoff if program is not None else {}
+        probe = object()        # referred to by this frame only: the count `old` must match to be alone
         for param, k, value in checked:
             old = param._value
             param._value = value
@@ -311,8 +306,8 @@ class Function:
                 # The plan wrote this new value into one of its workspace buffers, which now belongs to
                 # the parameter. The replaced array takes its place if nothing else can see it (the
                 # caller, a view, another parameter); else the plan gets a new buffer.
-                alone = (sys.getrefcount(old) == _ALONE and type(old) is np.ndarray and old.base is None
-                         and old.flags.c_contiguous and old.flags.writeable)
+                alone = (_REFCOUNTS and sys.getrefcount(old) == sys.getrefcount(probe) and type(old) is np.ndarray
+                         and old.base is None and old.flags.c_contiguous and old.flags.writeable)
                 program.namespace[name] = old if alone else np.empty_like(value)
 
     @staticmethod
