@@ -280,7 +280,7 @@ class Function:
             raise FeedError(f"missing feed for placeholder {', '.join(map(repr, missing))}: {detail}")
         return [check_feed(node, given[node.id]) for node in self._inputs]
 
-    def _assign(self, new_values, outputs=(), program=None):
+    def _assign(self, new_values, outputs, program):
         # Check every new value before assigning any, so a failing call changes no parameter.
         # A value the caller or another parameter also holds is copied: a parameter owns its array.
         held = {id(p._value) for p in self._params}
@@ -296,7 +296,7 @@ class Function:
                 value = value.copy()
             held.add(id(value))
             checked.append((param, k, value))
-        handoff = program.handoff if program is not None else {}
+        handoff = program.handoff
         probe = object()        # referred to by this frame only: the count `old` must match to be alone
         for param, k, value in checked:
             old = param._value
