@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from . import scan
 from .graph import Graph, Node
 from .ops.registry import REGISTRY, VIEW
 
@@ -31,9 +32,10 @@ MIN_BATCH = 4
 class Batched:
     """The result: a graph with batched nodes, its order, and the buffers results are written into."""
 
-    def __init__(self, graph, order, fixed_out, groups, shapes, folds=()):
+    def __init__(self, graph, order, fixed_out, groups, shapes, folds=(), scans=()):
         self.graph, self.order, self.fixed_out, self.groups = graph, order, fixed_out, groups
         self.folds = folds        # (adds, rows) of each running sum computed as one reduction
+        self.scans = scans        # (links, rows) of each product chain computed as one scan
         self.shapes = shapes      # concrete shapes, the batched nodes' included
 
 
@@ -94,24 +96,30 @@ def batch(graph, order, shapes):
             key = row_of[column[0]][0] if column[0] in row_of else _new_buffer(column, buffers, row_of)
             rows = [row_of[j][1] for j in column]
             inputs.append((key, rows[0], rows[-1] + 1))
-        groups.append((pos[first], op, shape, nodes[first], chosen, inputs))
-        key = ("out", first)
+        groups.append((pos[first], op, shape, nodes[chosen[0]], chosen, inputs))
+        key = ("out", chosen[0])          # (``first`` itself may not be chosen)
         buffers[key] = list(chosen)
         for r, m in enumerate(chosen):
             row_of[m] = (key, r)
             eff[m] = pos[first]
 
+    scans = scan.find(graph, order, shapes, escaping, row_of, eff.get, stackable,
+                      lambda n: _batchable(n, shapes))
+    for links, _ in scans:
+        for m in links:
+            eff[m] = pos[links[0]]
     folds = _fold_chains(graph, order, shapes, escaping, row_of, stackable)
-    if not groups and not folds:
+    if not groups and not folds and not scans:
         return None
-    return _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds)
+    return _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds, scans)
 
 
 def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
     """Running sums worth one reduction: lists ``(adds, rows)``; ``rows`` are the summed values in order.
 
     Every add but the last must feed only the next one; every row must be a constant (its row is filled
-    once) or a distinct elementwise result that can write its row itself.
+    once), a distinct elementwise result that can write its row itself, or a value already in a row of
+    another plan buffer (a batched op's, a scan's: copied in, one strided copy per run of rows).
     """
     nodes = graph.nodes
     users = {}
@@ -142,6 +150,8 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
             return False
         if node.op == "constant":
             return tuple(np.shape(node.value)) == tuple(shape)
+        if j in row_of:
+            return tuple(shapes[j]) == tuple(shape) and node.dtype == dtype
         return stackable(j, shape, dtype)
 
     folds = []
@@ -180,28 +190,27 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
 
 
 def _consistent(chosen, kinds, nodes, row_of, stackable, shape, dtype):
-    """The longest prefix-free run of ``chosen`` whose varying inputs can be rows of one buffer, in order."""
+    """The longest prefix-free run of ``chosen`` whose varying inputs can be rows of one buffer, in order:
+    consecutive rows of a buffer they are already in, or distinct values that can write a new one."""
     for k, kind in enumerate(kinds):
         if kind[0] == "c" or not chosen:
             continue
         column = [nodes[m].inputs[k] for m in chosen]
         if len(set(column)) == 1:
             continue
-        if column[0] in row_of:
-            key = row_of[column[0]][0]
-            keep, expect = [], None
-            for m, j in zip(chosen, column):
-                if j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect):
-                    keep.append(m)
-                    expect = row_of[j][1] + 1
-            chosen = keep
-        else:
-            keep, seen = [], set()
-            for m, j in zip(chosen, column):
-                if stackable(j, shape, dtype) and j not in seen:
-                    keep.append(m)
-                    seen.add(j)
-            chosen = keep
+        in_rows = []
+        key = next((row_of[j][0] for j in column if j in row_of), None)
+        expect = None
+        for m, j in zip(chosen, column):
+            if j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect):
+                in_rows.append(m)
+                expect = row_of[j][1] + 1
+        new_rows, seen = [], set()
+        for m, j in zip(chosen, column):
+            if stackable(j, shape, dtype) and j not in seen:
+                new_rows.append(m)
+                seen.add(j)
+        chosen = in_rows if len(in_rows) >= len(new_rows) else new_rows
     return chosen
 
 
@@ -213,17 +222,21 @@ def _new_buffer(column, buffers, row_of):
     return key
 
 
-def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=()):
+def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(), scans=()):
     nodes = dict(graph.nodes)
     arrays = {}
     for key, members in buffers.items():
         first = graph.nodes[members[0]]
         arrays[key] = np.zeros((len(members),) + tuple(shapes[members[0]]), dtype=first.dtype)
+    for links, rows in scans:
+        first = graph.nodes[links[0]]
+        stack = np.zeros((len(rows),) + tuple(shapes[links[0]]), dtype=first.dtype)
+        arrays[("factors", links[0])], arrays[("scan", links[0])] = stack, np.zeros_like(stack)
     # Producers whose results are read stacked write straight into their row.
     for key, members in buffers.items():
         if key[0] == "in":
             for r, j in enumerate(members):
-                fixed_out[j] = arrays[key][r]
+                fixed_out[j] = arrays[key][r, ...]     # (a 0-d row is a view too)
     insert_at = {}
     for position, op, shape, template, chosen, inputs in groups:
         ids = []
@@ -246,20 +259,36 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=())
         fixed_out[batched.id] = out
         insert_at.setdefault(position, []).append(batched.id)
         for r, m in enumerate(chosen):
-            row = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[r])
+            row = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[r, ...])
             nodes[m] = row
-    gone = set()
     pos = {i: k for k, i in enumerate(order)}
+    for links, rows in scans:
+        template = graph.nodes[links[-1]]
+        key = ("factors", links[0])
+        stack, out = arrays[key], arrays[("scan", links[0])]
+        copies, fed = _fill(rows, stack, key, row_of, arrays, graph.nodes, fixed_out, write_own=False)
+        kernel = scan.Scan(stack, out, copies, [(r, k) for k, (_, r) in enumerate(fed)])
+        node = Node("mul", [j for j, _ in fed], {}, out.shape, template.dtype, role=template.role,
+                    source=template.source, scope=template.scope, rule=f"{len(links)} x mul, one scan",
+                    meta={"kernel": kernel})
+        nodes[node.id] = node
+        shapes[node.id] = out.shape
+        fixed_out[node.id] = out
+        insert_at.setdefault(pos[links[0]], []).append(node.id)
+        for k, m in enumerate(links, start=1):
+            nodes[m] = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[k, ...])
+    gone = set()
     for adds, rows in folds:
         last = graph.nodes[adds[-1]]
         stack = np.zeros((len(rows),) + tuple(shapes[last.id]), dtype=last.dtype)
-        for r, j in enumerate(rows):
-            if graph.nodes[j].op == "constant":
-                stack[r] = graph.nodes[j].value
-            else:
-                fixed_out[j] = stack[r]
-        rows_node = Node("constant", (), {}, stack.shape, last.dtype, value=stack, source=last.source,
-                         role=last.role)
+        copies, _ = _fill(rows, stack, None, row_of, arrays, graph.nodes, fixed_out, write_own=True)
+        if copies:       # some rows live in other buffers: a gather copies them in before the sum
+            rows_node = Node("stack", (), {}, stack.shape, last.dtype, source=last.source, role=last.role,
+                             meta={"kernel": scan.Gather(stack, copies)})
+            fixed_out[rows_node.id] = stack
+        else:
+            rows_node = Node("constant", (), {}, stack.shape, last.dtype, value=stack, source=last.source,
+                             role=last.role)
         nodes[rows_node.id] = rows_node
         shapes[rows_node.id] = stack.shape
         insert_at.setdefault(pos[last.id], []).append(rows_node.id)
@@ -273,4 +302,28 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=())
     for i in gone:
         del nodes[i]
     new = Graph(nodes, graph.outputs, graph.updates, graph.inputs)
-    return Batched(new, new_order, fixed_out, groups, shapes, folds)
+    return Batched(new, new_order, fixed_out, groups, shapes, folds, scans)
+
+
+def _fill(rows, stack, own, row_of, arrays, nodes, fixed_out, write_own):
+    """How each row of ``stack`` (whose buffer key is ``own``) gets its value, for the values ``rows``.
+
+    Constants are written now; a producer marked as this stack's row (or, with ``write_own``, any other
+    computed value) writes its row itself; a value in a row of another plan buffer is copied, one strided
+    copy per run. Returns (copies, fed): the copy view pairs, and [(value id, its rows)] to copy at run time.
+    """
+    pairs, fed = {}, {}
+    for r, j in enumerate(rows):
+        where = row_of.get(j)
+        if nodes[j].op == "constant":
+            stack[r] = nodes[j].value
+        elif where is not None and where == (own, r):
+            fixed_out[j] = stack[r, ...]
+        elif where is not None:
+            pairs.setdefault(where[0], []).append((r, where[1]))
+        elif write_own:
+            fixed_out[j] = stack[r, ...]
+        else:
+            fed.setdefault(j, []).append(r)
+    copies = [(stack[d], arrays[key][s]) for key, found in pairs.items() for d, s in scan.runs(found)]
+    return copies, [(j, r[0] if len(r) == 1 else r) for j, r in fed.items()]

@@ -175,22 +175,24 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         var = f"v{counter}"
         names[i] = var
         args = [names[j] for j in node.inputs]
+        own = (node.meta or {}).get("kernel")      # a plan's own kernel (a scan, a gather) owns its buffer
         slot = memory.slot.get(i) if memory is not None else None
         out = slots[slot] if slot is not None else None
-        if memory is not None and i in memory.fixed_out:
+        if memory is not None and i in memory.fixed_out and own is None:
             out = ns.bind("r", memory.fixed_out[i])
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
+        kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op)
         if out is not None:
             kernel = REGISTRY[node.op].kernel
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:
                 args.append(out)     # positional out: ~10% cheaper per call on tiny arrays
             else:
                 args.append(f"out={out}")
-        else:
+        elif own is None:
             temps.add(var)
         note = _UNPRINTABLE.sub("?", f"; {out} becomes {nodes[updated[i]].label()}'s array") if i in updated else ""
-        lines.append(f"    {var} = {ns.kernel(node.op)}({', '.join(args)}){_comment(node)}{note}")
+        lines.append(f"    {var} = {kernel_name}({', '.join(args)}){_comment(node)}{note}")
         line_nodes[len(lines)] = i
         drop_dead(node.inputs, step)
 

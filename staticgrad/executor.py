@@ -224,7 +224,7 @@ class Function:
         if batched is not None:
             memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out)
             program = generate(batched.graph, batched.order, self._param_ids, ir.inputs, memory)
-            program.batched, program.folds = len(batched.groups), len(batched.folds)
+            program.batched, program.folds, program.scans = len(batched.groups), len(batched.folds), len(batched.scans)
         else:
             memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
             program = generate(concrete, order, self._param_ids, ir.inputs, memory)

@@ -136,3 +136,20 @@ def test_slots_freed_where_a_batched_op_writes_its_rows_are_reused():
         for a, b in zip(fast(X), unbatched(outs, x)(X)):
             np.testing.assert_array_equal(a, b)
         assert fast._last.batched and fast.report().summary["workspace_slots"] <= 4
+
+
+def test_a_group_whose_first_candidate_cannot_be_stacked_batches_the_rest():
+    # The loss is a view of the last state (a sum over one number is a squeeze), so that state may not live
+    # in a shared buffer, and neither may the first `1 - o**2` read it stacked; the others still batch.
+    x = sg.placeholder((1,), dtype="float32", name="x", requires_grad=True)
+    h = x
+    for _ in range(12):
+        h = sg.tanh(sg.sin(h) * 0.9 + x)
+    loss = sg.sum(h)
+    outs = [loss] + sg.grad(loss, [x])
+    fn = _numpy_plan(outs, x)
+    X = np.full(1, 0.1, np.float32)
+    for a, b in zip(fn(X), unbatched(outs, x)(X)):
+        np.testing.assert_array_equal(a, b)
+    subs = [line for line in fn.source.splitlines() if "= sub_" in line]
+    assert len(subs) <= 2
