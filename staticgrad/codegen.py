@@ -248,6 +248,8 @@ def _storage(nodes, i):
 
 def _comment(node) -> str:
     what = f"{node.op} {node.name}" if node.name else node.op
+    if node.rule and node.adjoint_of is None:           # a plan's own node: what it stands for
+        what += f" ({node.rule})"
     role = "" if node.role == "forward" else f" [{node.role}]"
     if node.adjoint_of is not None and node.role == "backward":
         what_for = "sum at the fork of" if node.rule == "sum at fork" else f"VJP of {node.rule}"
