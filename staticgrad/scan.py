@@ -116,7 +116,7 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
                 break
             links.append(nxt[0])
             rows.append(nxt[1])
-        if len(links) < MIN_LINKS:
+        if len(links) < MIN_LINKS or _calls(rows, nodes, row_of, stackable, shape, dtype) >= len(links):
             continue
         taken.update(links)
         for k, m in enumerate(links, start=1):
@@ -126,6 +126,23 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
                 row_of[j] = (("factors", i), k)
         scans.append((links, rows))
     return scans
+
+
+def _calls(rows, nodes, row_of, stackable, shape, dtype):
+    """numpy calls a scan over ``rows`` makes: the accumulation, one copy per run of rows taken from
+    another buffer, one per value copied in at run time (constants and values that write their own row
+    cost nothing)."""
+    pairs, fed, own = {}, set(), set()
+    for r, j in enumerate(rows):
+        if nodes[j].op == "constant":
+            continue
+        if j in row_of:
+            pairs.setdefault(row_of[j][0], []).append((r, row_of[j][1]))
+        elif j not in own and stackable(j, shape, dtype):
+            own.add(j)
+        else:
+            fed.add(j)
+    return 1 + len(fed) + sum(len(runs(found)) for found in pairs.values())
 
 
 def runs(pairs):

@@ -195,3 +195,21 @@ def test_runs_cover_exactly_the_pairs(pairs):
     rows = np.arange(41)
     got = sorted((int(d), int(s)) for ds, ss in scan.runs(pairs) for d, s in zip(rows[ds], rows[ss], strict=True))
     assert got == sorted(pairs)
+
+
+def test_a_scan_only_where_it_makes_fewer_calls_than_the_chain():
+    x = sg.placeholder((3,), name="x")
+    feeds = [sg.placeholder((3,), name=f"y{k}") for k in range(5)]
+    g = x
+    for y in feeds:                      # five factors, each copied in at run time: 6 calls for 5 links
+        g = g * y
+    fast, slow = _plans([g], [x] + feeds)
+    values = [np.linspace(-1, 1, 3) * (k + 1) for k in range(6)]
+    _same(fast, slow, *values)
+    assert not getattr(fast._last, "scans", 0)
+    g = x
+    for _ in range(5):                   # the same factor five times: one copy, then the accumulation
+        g = g * feeds[0]
+    fast, slow = _plans([g], [x, feeds[0]])
+    _same(fast, slow, *values[:2])
+    assert fast._last.scans == 1
