@@ -94,7 +94,7 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
             return value.dtype == dtype and np.broadcast_shapes(value.shape, shape) == shape
         return tuple(shapes[j]) == shape and n.dtype == dtype and ready(j) < start
 
-    taken, scans = set(), []
+    taken, scans = set(), []              # (a link walked once is never walked again: linear time)
     for i in order:
         if i in taken or not link(i):
             continue
@@ -116,9 +116,9 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
                 break
             links.append(nxt[0])
             rows.append(nxt[1])
+        taken.update(links)
         if len(links) < MIN_LINKS or _calls(rows, nodes, row_of, stackable, shape, dtype) >= len(links):
             continue
-        taken.update(links)
         for k, m in enumerate(links, start=1):
             row_of[m] = (("scan", i), k)
         for k, j in enumerate(rows):

@@ -213,3 +213,20 @@ def test_a_scan_only_where_it_makes_fewer_calls_than_the_chain():
     fast, slow = _plans([g], [x, feeds[0]])
     _same(fast, slow, *values[:2])
     assert fast._last.scans == 1
+
+
+def test_a_rejected_chain_is_walked_once(monkeypatch):
+    # every factor is a different view of the feed, copied in at run time: no scan pays, and each link is
+    # looked at once (not once per possible start, which would be quadratic in the chain's length)
+    x = sg.placeholder((40, 3), name="x")
+    views = [x[k] for k in range(40)]
+    g = views[0]
+    for k in range(1, 40):
+        g = g * views[k]
+    walked = []
+    real = scan._calls
+    monkeypatch.setattr(scan, "_calls", lambda rows, *rest: walked.append(len(rows)) or real(rows, *rest))
+    fast, slow = _plans([g], [x])
+    _same(fast, slow, np.random.default_rng(4).uniform(0.5, 1.5, (40, 3)))
+    assert not getattr(fast._last, "scans", 0)
+    assert sum(walked) <= 2 * 40
