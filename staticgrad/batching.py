@@ -37,6 +37,7 @@ class Batched:
         self.folds = folds        # (adds, rows) of each running sum computed as one reduction
         self.scans = scans        # (links, rows) of each product chain computed as one scan
         self.shapes = shapes      # concrete shapes, the batched nodes' included
+        self.nbytes = 0           # of the stacked buffers allocated for the plan
 
 
 def _batchable(node, shapes):
@@ -277,10 +278,11 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(),
         insert_at.setdefault(pos[links[0]], []).append(node.id)
         for k, m in enumerate(links, start=1):
             nodes[m] = graph.nodes[m].copy(op="constant", inputs=[], attrs={}, value=out[k, ...])
-    gone = set()
+    gone, stacks = set(), []
     for adds, rows in folds:
         last = graph.nodes[adds[-1]]
         stack = np.zeros((len(rows),) + tuple(shapes[last.id]), dtype=last.dtype)
+        stacks.append(stack)
         copies, _ = _fill(rows, stack, None, row_of, arrays, graph.nodes, fixed_out, write_own=True)
         if copies:       # some rows live in other buffers: a gather copies them in before the sum
             rows_node = Node("stack", (), {}, stack.shape, last.dtype, source=last.source, role=last.role,
@@ -302,7 +304,9 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(),
     for i in gone:
         del nodes[i]
     new = Graph(nodes, graph.outputs, graph.updates, graph.inputs)
-    return Batched(new, new_order, fixed_out, groups, shapes, folds, scans)
+    batched = Batched(new, new_order, fixed_out, groups, shapes, folds, scans)
+    batched.nbytes = sum(a.nbytes for a in arrays.values()) + sum(a.nbytes for a in stacks)
+    return batched
 
 
 def _fill(rows, stack, own, row_of, arrays, nodes, fixed_out, write_own):

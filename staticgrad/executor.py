@@ -222,7 +222,8 @@ class Function:
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
         batched = batching.batch(concrete, order, dict(shapes)) if self._memory_planning else None
         if batched is not None:
-            memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out)
+            memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out,
+                                 batched.nbytes)
             program = generate(batched.graph, batched.order, self._param_ids, ir.inputs, memory)
             program.batched, program.folds, program.scans = len(batched.groups), len(batched.folds), len(batched.scans)
         else:
@@ -379,6 +380,9 @@ class Function:
             summary["numba_compile_seconds"] = round(self._backend_seconds, 3)
             fused = getattr(self._last, "fallback", self._last)
             summary["fused_regions"] = getattr(fused, "regions", 0)
+        for key, attr in (("batched_groups", "batched"), ("running_sums", "folds"), ("scans", "scans")):
+            if getattr(self._last, attr, 0):        # what the latest numpy plan computes in one call each
+                summary[key] = getattr(self._last, attr)
         memory = self._last.memory if self._last is not None else None
         if memory is not None:
             summary.update({"peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned,

@@ -77,16 +77,20 @@ class MemoryPlan:
         self.slot = {}            # node id -> slot index
         self.slots = []           # slot index -> (shape, dtype)
         self.free_after = {}      # step -> [node ids whose value may be dropped after that step]
-        self.peak_planned = 0     # bytes: workspace + fresh intermediates live at once, at the worst step
+        self.peak_planned = 0     # bytes: workspace + stacked buffers + fresh intermediates live at once,
+        #                           at the worst step
         self.peak_unplanned = 0   # bytes: every intermediate kept until the call returns
         self.inplace = 0          # results written over an operand that died at that step
         self.fixed_out = {}       # node id -> the buffer its kernel writes into (batched rows)
         self.handoff = {}         # update index -> slot whose buffer becomes the parameter's new value
+        self.workspace_bytes = 0  # allocated once per plan and kept: the slots and the stacked buffers
 
 
-def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan:
+def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> MemoryPlan:
     """Lifetimes and workspace slots for ``graph`` in ``order``; nodes in ``fixed_out`` already have
-    their own buffer (batching's stacked rows) and take no part in the slot pool."""
+    their own buffer (batching's stacked rows) and take no part in the slot pool. ``held`` bytes of such
+    buffers are live for the whole call: both peaks count them (they hold what would otherwise be
+    intermediates of their own)."""
     nodes = graph.nodes
     plan = MemoryPlan()
     plan.fixed_out = dict(fixed_out or {})
@@ -116,7 +120,8 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
         if base.get(b) == b:
             dying_at.setdefault(step, []).append(b)
     live_fresh = 0
-    workspace = 0
+    workspace = held
+    plan.peak_unplanned = plan.peak_planned = held
     sizes = {}
     for step, i in enumerate(order):
         node = nodes[i]
@@ -168,6 +173,7 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None) -> MemoryPlan
         for b in dying_at.get(step, ()):
             if b not in plan.slot and b in sizes and b not in escaping:
                 live_fresh -= sizes[b]
+    plan.workspace_bytes = workspace
     return plan
 
 

@@ -119,7 +119,11 @@ def static_mode(model_fn, params, batches, lr) -> Mode:
         for node in fn.ir.nodes.values():
             if node.op not in LEAF_OPS:
                 roles[node.role] = roles.get(node.role, 0) + 1
-        return {"nodes_by_role": roles, "peak_bytes": _peak_bytes(lambda: fn(*batches[0]))}
+        per_call = _peak_bytes(lambda: fn(*batches[0]))
+        # The plan's workspace was allocated before this call (once per plan) and stays: it counts too.
+        memory = getattr(fn._last, "memory", None)
+        held = memory.workspace_bytes if memory is not None else 0
+        return {"nodes_by_role": roles, "peak_bytes": per_call + held}
     return Mode(build, compiling, lambda batch: fn(*batch), measure)
 
 

@@ -161,6 +161,7 @@ def test_chain_of_elementwise_ops_runs_in_place(rng):
     assert summary["in_place"] >= 20
     assert summary["peak_bytes"] == 100 * 8 + 8      # the buffer, and the fresh 0-d sum returned
     assert summary["peak_bytes_unplanned"] == 24 * 100 * 8 + 8
+    assert fn._last.memory.workspace_bytes == 100 * 8
     assert "out=" in fn.source or ", w" in fn.source
 
 

@@ -46,6 +46,10 @@ def test_the_reverse_sweep_of_a_chain_is_one_scan_with_the_chains_bits():
     _same(fast, slow, X)
     assert fast._last.scans == 1
     assert "mul_scan_" in fast.source
+    # the stacked factors and the scan's rows (151 rows each) are memory the plan holds: the peak counts them
+    summary = fast.report().summary
+    assert summary["scans"] == 1
+    assert summary["peak_bytes"] >= fast._last.memory.workspace_bytes >= 2 * 151 * 10 * 8
     # 4 forward calls per cycle remain; the backward's 150 multiplications are one call
     assert _calls(fast) < 4 * 50 + 20
 

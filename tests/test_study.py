@@ -46,6 +46,17 @@ def test_compare_returns_json_serializable_measurements(result):
     assert result["parameters"] == 8 and result["batch_shapes"] == [[8, 3], [8, 2]]
 
 
+def test_the_static_peak_counts_the_plans_workspace(monkeypatch):
+    # The workspace is allocated once per plan, before the measured call, and kept: with the call's own
+    # allocations left out, what remains is that workspace (the regression step's 8x2 buffers and more).
+    from staticgrad import study_modes
+    monkeypatch.setattr(study_modes, "_peak_bytes", lambda fn: (fn(), 0)[1])
+    params, batches = regression_case(np.random.default_rng(0))
+    mode = study_modes.static_mode(regression, params, batches, 0.1)
+    mode.step(batches[0])
+    assert mode.measure()["peak_bytes"] >= 8 * 2 * 8
+
+
 def test_both_modes_train_identically(result):
     assert result["eager"]["losses_max_abs_diff"] < 1e-12
     assert result["static"]["loss_last"] < result["static"]["loss_first"]
