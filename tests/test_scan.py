@@ -234,3 +234,20 @@ def test_a_rejected_chain_is_walked_once(monkeypatch):
     _same(fast, slow, np.random.default_rng(4).uniform(0.5, 1.5, (40, 3)))
     assert not getattr(fast._last, "scans", 0)
     assert sum(walked) <= 2 * 40
+
+
+def test_each_plan_has_its_own_scan_buffers_when_batch_sizes_alternate():
+    x = sg.placeholder((None,), name="x", requires_grad=True)
+    h = x
+    for _ in range(10):
+        h = sg.tanh(sg.sin(h) * 0.9 + x)
+    loss = sg.sum(h)
+    outs = [loss] + sg.grad(loss, [x])
+    fast, slow = _plans(outs, [x])
+    rng = np.random.default_rng(7)
+    feeds = [rng.uniform(-0.2, 0.2, n) for n in (3, 8, 3, 8)]
+    kept = [_same(fast, slow, X) for X in feeds]
+    assert fast.report().summary["plans"] == 2 and fast._last.scans == 1
+    for X, got in zip(feeds, kept):          # results of earlier calls are the caller's own
+        for a, b in zip(got, slow(X)):
+            np.testing.assert_array_equal(a, b)
