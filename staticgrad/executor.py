@@ -8,7 +8,7 @@ import numpy as np
 from . import batching, scalarize
 from .codegen import generate
 from .graph import Graph
-from .plan import concrete_shapes, plan_memory, specialize
+from .plan import concrete_shapes, plan_memory, skip_identities, specialize
 from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
 
 
@@ -220,6 +220,7 @@ class Function:
         ir, order = self.ir, self._order
         shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
         concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
+        concrete, order = skip_identities(concrete, order)
         batched = batching.batch(concrete, order, dict(shapes)) if self._memory_planning else None
         if batched is not None:
             memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out,

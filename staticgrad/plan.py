@@ -199,6 +199,28 @@ def slot_key(plan, node_id):
     return plan.slots[plan.slot[node_id]]
 
 
+def skip_identities(graph, order):
+    """``graph`` and ``order`` without identity nodes (``stop_gradient``: at these sizes, e.g., a gradient
+    that needs no reduction back to its input's shape): their readers read the source instead, so no call
+    is made for them and the chains through them stay visible to batching and scans. One that is returned,
+    or an update, stays."""
+    nodes = graph.nodes
+    keep = set(graph.outputs) | {i for pair in graph.updates for i in pair}
+    alias, kept = {}, {}
+    for i in order:
+        node = nodes[i]
+        if alias and any(j in alias for j in node.inputs):
+            node = node.copy(inputs=[alias.get(j, j) for j in node.inputs])
+        if node.op == "stop_gradient" and i not in keep:
+            alias[i] = node.inputs[0]
+            continue
+        kept[i] = node
+    if not alias:
+        return graph, order
+    from .graph import Graph
+    return Graph(kept, graph.outputs, graph.updates, graph.inputs), [i for i in order if i not in alias]
+
+
 def specialize(graph, order, shapes):
     """Copies of the nodes that read an input only for its shape, rewritten to use the known shape.
 

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad.graph import Graph
+from staticgrad.graph import Graph, Node
 from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
-from staticgrad.plan import concrete_shapes, costs, plan_memory, specialize
+from staticgrad.plan import concrete_shapes, costs, plan_memory, skip_identities, specialize
 
 
 def build_mlp(rng, batch=None, sizes=(4, 16, 16, 3)):
@@ -412,3 +412,30 @@ def test_multi_pass_kernels_never_write_over_their_own_operand():
     want = sg.compile(gW, inputs=[x], optimize=False)
     want._memory_planning = False
     np.testing.assert_allclose(got, want(X), rtol=1e-12)
+
+
+def test_identities_cost_no_call_and_a_returned_one_stays():
+    a = Node("placeholder", (), shape=(3,))
+    b = Node("stop_gradient", [a.id], shape=(3,))
+    c = Node("mul", [b.id, b.id], shape=(3,))
+    d = Node("stop_gradient", [c.id], shape=(3,))
+    graph = Graph({n.id: n for n in (a, b, c, d)}, outputs=[d.id], inputs=[a.id])
+    new, order = skip_identities(graph, [a.id, b.id, c.id, d.id])
+    assert order == [a.id, c.id, d.id] and new.nodes[c.id].inputs == [a.id, a.id]
+    assert graph.nodes[c.id].inputs == [b.id, b.id]          # the graph it was given is left as it was
+
+
+def test_a_gradient_that_needs_no_reduction_at_these_sizes_passes_without_a_call(rng):
+    # With an unknown size, the gradient of `tanh(x) * 2 + x` is reduced back to x's shape by a rule
+    # decided per plan: at the fed size nothing was broadcast, and the plan makes no call for it.
+    x = sg.placeholder((None,), name="x", requires_grad=True)
+    y = sg.sum(sg.tanh(x) * 2.0 + x)
+    g, = sg.grad(y, [x])
+    fn = sg.compile([y, g], inputs=[x])
+    fn._scalar = False                   # the numpy plan (a tiny one would run as Python float code)
+    assert any(n.op == "sum_like" for n in fn.ir.nodes.values())
+    X = rng.normal(size=5)
+    loss, grad = fn(X)
+    np.testing.assert_allclose(grad, 2.0 * (1 - np.tanh(X) ** 2) + 1.0, rtol=1e-14)
+    np.testing.assert_allclose(loss, np.sum(np.tanh(X) * 2.0 + X), rtol=1e-14)
+    assert "stop_gradient" not in fn.source
