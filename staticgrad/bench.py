@@ -13,9 +13,11 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -202,14 +204,23 @@ def run_peer(peer, workload, settings) -> dict:
            "--workload", workload.name, "--rounds", str(settings.rounds), "--target", str(settings.target_s),
            "--budget", str(settings.budget_s), "--threads", str(settings.threads), "--clock", settings.clock]
     started = time.time()
+    env = bench_env(settings.threads)
+    # The numba backend keeps its compiled interpreter on disk; a fresh folder makes every run pay the
+    # compile, so one-time costs do not depend on what ran before.
+    cache = env["STATICGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="staticgrad-bench-cache-")
     # Its own session, so that on timeout the peer and any compiler workers it spawned go together.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=bench_env(settings.threads), start_new_session=True)
+                            env=env, start_new_session=True)
+    timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        timed_out = True
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    if timed_out:
         phases = [line[8:] for line in out.splitlines() if line.startswith("@@phase ")]
         return {"impl": peer, "status": "timeout", "timeout_s": timeout, "phase": phases[-1] if phases else None,
                 "reason": f"no result within {timeout:.0f} s (still in phase {phases[-1] if phases else 'start'})"}

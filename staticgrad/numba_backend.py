@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import fuse
+from . import fuse, numba_cache
 from .codegen import generate
 from .plan import plan_memory
 
@@ -22,6 +22,7 @@ MIN_WIDTH = 8       # elements per block however many registers: one dispatch pe
 SMALL = 4096        # elements: below this a numpy call costs more than the work it does
 MIN_NODES = 8       # nodes a small region needs before one kernel call beats their numpy calls
 _interpreters = {}  # frozenset of ops -> the interpreter compiled for them
+_helpers = {}
 
 
 class NumbaUnavailable(ImportError):
@@ -82,15 +83,27 @@ def interpreter_source(ops=fuse.OPS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _compile(ops):
-    import numba
+def helpers() -> dict:
+    """The names interpreter code uses: fuse's scalar helpers compiled by numba, once per process."""
+    if not _helpers:
+        import numba
 
-    # numpy's division-by-zero semantics (inf/nan), not Python's exception.
-    helper = numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
-    namespace = {name: helper(fn) if callable(fn) else fn for name, fn in fuse.HELPERS.items()}
-    namespace["np"] = np
-    exec(compile(interpreter_source(ops), "<staticgrad interpreter>", "exec"), namespace)
-    interpret = numba.njit(namespace["interpret"], error_model="numpy")
+        # numpy's division-by-zero semantics (inf/nan), not Python's exception.
+        helper = numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+        _helpers.update({name: helper(fn) if callable(fn) else fn for name, fn in fuse.HELPERS.items()})
+        _helpers["np"] = np
+    return _helpers
+
+
+def _compile(ops):
+    source = interpreter_source(ops)
+    interpret = numba_cache.load(source, helpers)
+    if interpret is None:
+        import numba
+
+        namespace = dict(helpers())
+        exec(compile(source, "<staticgrad interpreter>", "exec"), namespace)
+        interpret = numba.njit(namespace["interpret"], error_model="numpy")
     interpret(np.zeros((0, 6), np.int64), np.zeros(0), np.zeros(1), np.zeros((1, 1)), 1, 1)   # compile now
     return interpret
 

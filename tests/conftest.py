@@ -1,8 +1,17 @@
 """Shared fixtures: a seeded random generator and a helper that checks optimize=True against optimize=False."""
+import atexit
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
 
 import staticgrad as sg
+
+# Interpreters the numba backend compiles are cached in a folder of this run, never in the user's.
+os.environ["STATICGRAD_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="staticgrad-tests-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 @pytest.fixture
