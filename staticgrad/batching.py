@@ -123,10 +123,7 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
     another plan buffer (a batched op's, a scan's: copied in, one strided copy per run of rows).
     """
     nodes = graph.nodes
-    users = {}
-    for i in order:
-        for j in dict.fromkeys(nodes[i].inputs):
-            users.setdefault(j, []).append(i)
+    users = graph.consumers()
 
     def link(i):          # the add that continues a running sum from add ``i``, if any
         n = nodes[i]

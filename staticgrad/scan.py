@@ -77,10 +77,7 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
     """
     nodes = graph.nodes
     pos = {i: k for k, i in enumerate(order)}
-    users = {}
-    for i in order:
-        for j in dict.fromkeys(nodes[i].inputs):
-            users.setdefault(j, []).append(i)
+    users = graph.consumers()
 
     def link(i):
         n = nodes[i]
