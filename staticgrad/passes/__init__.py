@@ -6,6 +6,7 @@ The pipeline is an ordered list: no tags, no priorities.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from . import constant_fold, cse, dce, prune, simplify, stabilize
 from .stats import PassStats
@@ -83,32 +84,35 @@ def run_pipeline(graph, passes, lazy_costs=False):
     With ``lazy_costs`` the rows' FLOPs and peak bytes are left for ``finish_rows`` to work out.
     """
     rows = []
-    previous, after = None, None
+    previous = None
+    ops_after = {i: n.op for i, n in graph.nodes.items()}
+    after = Counter(ops_after.values())
     for fn in resolve(passes):
-        before = after if after is not None else graph.op_counts()
-        n_before = len(graph.nodes)
-        ops_before = {i: n.op for i, n in graph.nodes.items()}
+        # The previous pass's result is this one's input: its op map is already known.
+        before, ops_before, n_before = after, ops_after, len(graph.nodes)
         start = time.perf_counter()
         result = fn(graph)
         seconds = time.perf_counter() - start
         graph, stats = result if isinstance(result, tuple) else (result, None)
-        after = graph.op_counts()
+        ops_after = {i: n.op for i, n in graph.nodes.items()}
+        after = Counter(ops_after.values())
         if previous is None or (stats is not None and stats.changed) or after != before:
             previous = _LazyCosts(graph)
+        kept = ops_after.keys() & ops_before.keys()
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
             "nodes_after": len(graph.nodes),
             "seconds": seconds,
             "changed": stats.changed if stats is not None else None,
-            "removed": {op: n - after.get(op, 0) for op, n in before.items() if n > after.get(op, 0)},
-            "added": {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)},
+            "removed": dict(before - after),
+            "added": dict(after - before),
             "fixed_point": stats.fixed_point if stats is not None else True,
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
-            "removed_ids": sorted(set(ops_before) - set(graph.nodes)),
-            "added_ids": sorted(set(graph.nodes) - set(ops_before)),
-            "replaced_ids": sorted(i for i, n in graph.nodes.items() if i in ops_before and ops_before[i] != n.op),
+            "removed_ids": sorted(ops_before.keys() - kept),
+            "added_ids": sorted(ops_after.keys() - kept),
+            "replaced_ids": sorted(i for i in kept if ops_before[i] != ops_after[i]),
         })
     return graph, (rows if lazy_costs else finish_rows(rows))
 
