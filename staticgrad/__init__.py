@@ -17,7 +17,7 @@ from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p,
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
 from .trace import Trace, trace
-from . import data, eager, nn, optim, passes
+from . import data, eager, nn, optim, passes, study
 
 __version__ = "0.1.0"
 
@@ -29,5 +29,6 @@ __all__ = [
     "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
     "softmax_cross_entropy", "stop_gradient",
     "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data", "eager", "passes",
+    "study",
     "to_dot", "save_dot", "diff_dot", "trace", "Trace", "GraphvizNotFound",
 ]

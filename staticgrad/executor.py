@@ -25,7 +25,11 @@ def _num(value) -> str:
 
 
 class Report:
-    """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table."""
+    """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table.
+
+    It is also the sequence of those rows (``len``, ``report[0]``, iteration), and ``report["plans"]``
+    reads the summary that follows the table (plans, backend, memory of the newest plan, ...).
+    """
 
     COLUMNS = ("pass", "nodes_before", "nodes_after", "seconds", "changed")
 
@@ -49,6 +53,17 @@ class Report:
 
     def __repr__(self):
         return str(self)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.summary[key]
+        return self.rows[key]
 
 
 class ScalarProgram:

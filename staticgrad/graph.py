@@ -197,10 +197,9 @@ class Graph:
         for i, node in self.nodes.items():
             if node.role == "backward":
                 continue
-            if i not in needed_by_outputs and node.op not in ("parameter", "placeholder"):
-                role = "update"
-            else:
-                role = "forward"
+            # A leaf too: a parameter or feed that only the updates read (a momentum buffer, a learning
+            # rate fed per call) belongs to the update step.
+            role = "forward" if i in needed_by_outputs else "update"
             if role != node.role:
                 self.nodes[i] = node.copy(role=role)
 

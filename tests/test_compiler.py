@@ -148,8 +148,22 @@ def test_roles_of_a_training_step(rng, compile_both):
     for n in needed:
         assert roles[n] != "update", g.nodes[n]
     for n, role in roles.items():
-        if role == "forward" and g.nodes[n]["op"] not in ("placeholder", "parameter"):
+        if role == "forward":
             assert n in needed, g.nodes[n]
+
+
+def test_leaves_only_the_updates_read_are_update_nodes():
+    x = sg.placeholder((None, 2), name="x")
+    lr = sg.placeholder((), name="lr")
+    W = sg.parameter(np.ones((2, 1)), name="W")
+    V = sg.parameter(np.ones(3), name="V")          # decays each step; the loss never reads it
+    loss = sg.sum(x @ W)
+    (gW,) = sg.grad(loss, [W])
+    fn = sg.compile(loss, inputs=[x, lr], updates=[(W, W - lr * gW), (V, V * 0.9)])
+    roles = {d["name"]: d["role"] for _, d in fn.graph.nodes(data=True) if d["name"]}
+    assert roles == {"x": "forward", "W": "forward", "lr": "update", "V": "update"}
+    fn(np.ones((4, 2)), 0.5)
+    np.testing.assert_array_equal(V.value, np.full(3, 0.9))
 
 
 def test_forward_only_function_has_no_backward_or_update_nodes(rng):

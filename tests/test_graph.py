@@ -82,7 +82,7 @@ def test_roles():
     assert roles[y.id] == roles[h.id] == roles[x.id] == roles[W.id] == "forward"
     assert roles[g.id] == "backward"
     assert roles[step.id] == "update"
-    assert roles[V.id] == "forward"
+    assert roles[V.id] == "update"          # a leaf only the updates read is part of the update step
     assert graph.nodes[g.id].adjoint_of == y.id and graph.nodes[g.id].rule == "sum"
 
 
