@@ -146,10 +146,14 @@ def _add_values(pic, feeds):
 
 # ------------------------------------------------------------------ labels and sizes
 def _bytes(n) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    """The exact count of bytes, with a rounded larger unit alongside from 1 KiB up ("9600 B (9.4 KiB)")."""
+    exact = f"{int(n)} B"
+    if n < 1024:
+        return exact
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
+        if n < 1024 or unit == "GiB":
+            return f"{exact} ({n:.1f} {unit})"
 
 
 def _static_bytes(node):

@@ -329,3 +329,12 @@ def test_loaded_functions_draw_their_graph_but_have_no_history(tmp_path):
         diff_dot(loaded)
     with pytest.raises(ValueError, match="loaded graph"):
         sg.trace(loaded, [np.ones((3, 2))])
+
+
+def test_saved_sizes_are_exact_byte_counts_with_a_larger_unit_alongside():
+    x = sg.placeholder((40, 30), name="x", requires_grad=True)
+    loss = sg.sum(sg.tanh(x))
+    (gx,) = sg.grad(loss, [x])
+    fn = sg.compile([loss, gx], inputs=[x])
+    labels = [e.get_label() for e in sg.to_dot(fn).get_edges() if "saved" in str(e.get_label())]
+    assert labels and all("9600 B (9.4 KiB)" in label for label in labels)      # 40 * 30 float64
