@@ -28,7 +28,7 @@ def _is_literal(value) -> bool:
     return False
 
 
-def _identifier(name, taken) -> str | None:
+def identifier(name, taken) -> str | None:
     if not name:
         return None
     name = re.sub(r"\W", "_", name)
@@ -89,7 +89,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     names, taken = {}, set(ns.namespace) | {"run", "P"}
     arg_names = []
     for k, i in enumerate(inputs):
-        name = _identifier(nodes[i].name, taken) or f"in{k}"
+        name = identifier(nodes[i].name, taken) or f"in{k}"
         taken.add(name)
         names[i] = name
         arg_names.append(name)
@@ -98,10 +98,10 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     line_nodes = {}
     ns.namespace["P"] = [nodes[i].tensor for i in params]
     for k, i in enumerate(params):
-        name = _identifier("p_" + (nodes[i].name or str(k)), taken) or f"p{k}"
+        name = identifier("p_" + (nodes[i].name or str(k)), taken) or f"p{k}"
         taken.add(name)
         names[i] = name
-        lines.append(f"    {name} = P[{k}]._value{_comment(nodes[i])}")
+        lines.append(f"    {name} = P[{k}]._value{comment(nodes[i])}")
         line_nodes[len(lines)] = i
 
     slots = {}
@@ -147,7 +147,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
                 temps.add(names[j])
             args = ", ".join(names[j] for j in node.inputs)
             lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind(kernel.__name__.strip('_').removesuffix('kernel'), kernel)}({args})"
-                         f"{_comment(nodes[both[0]])}; one pass with:{_comment(nodes[both[1]])[3:]}")
+                         f"{comment(nodes[both[0]])}; one pass with:{comment(nodes[both[1]])[3:]}")
             line_nodes[len(lines)] = i
             drop_dead(node.inputs, step)
             continue
@@ -192,7 +192,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         elif own is None:
             temps.add(var)
         note = _UNPRINTABLE.sub("?", f"; {out} becomes {nodes[updated[i]].label()}'s array") if i in updated else ""
-        lines.append(f"    {var} = {kernel_name}({', '.join(args)}){_comment(node)}{note}")
+        lines.append(f"    {var} = {kernel_name}({', '.join(args)}){comment(node)}{note}")
         line_nodes[len(lines)] = i
         drop_dead(node.inputs, step)
 
@@ -246,7 +246,7 @@ def _storage(nodes, i):
     return node
 
 
-def _comment(node) -> str:
+def comment(node) -> str:
     what = f"{node.op} {node.name}" if node.name else node.op
     if node.rule and node.adjoint_of is None:           # a plan's own node: what it stands for
         what += f" ({node.rule})"

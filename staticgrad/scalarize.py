@@ -14,10 +14,12 @@ scalar code raises and the caller reruns the numpy plan, so results never silent
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
 from . import scalar_math
+from .codegen import comment, identifier
 
 MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 
@@ -94,6 +96,9 @@ def eligible(graph, order, shapes, limit=MAX_STATEMENTS) -> bool:
     return calls > 0 and total <= PER_CALL * calls
 
 
+_GENERATED = re.compile(r"^[sau]\d+(_\d+)?$")    # names the generated code uses for its own values
+
+
 class _Emitter:
     def __init__(self):
         self.lines = []
@@ -132,18 +137,31 @@ def generate(graph, order, params, inputs, shapes) -> str:
     em = _Emitter()
     nodes = graph.nodes
     val = {}
-    args = []
+    args, taken = [], set(HELPERS) | {"run", "P"}
     for k, i in enumerate(inputs):
-        name = f"a{k}"
+        name = identifier(nodes[i].name, taken)
+        if name is None or _GENERATED.match(name):
+            name = f"a{k}"
+        taken.add(name)
         args.append(name)
+        em.lines.append(f"   {comment(nodes[i])[1:]}")
         val[i] = _unpack(em, name, shapes[i])
     for k, i in enumerate(params):
+        em.lines.append(f"   {comment(nodes[i])[1:]}")
         val[i] = _unpack(em, f"P[{k}]._value", shapes[i])
     for i in order:
         node = nodes[i]
         if i in val:
             continue
+        if node.op == "constant":          # written into the lines that use it
+            val[i] = _node(em, node, (), shapes, nodes)
+            continue
+        # Provenance as in the numpy plan: one comment per node, above the scalar lines it became.
+        em.lines.append(f"   {comment(node)[1:]} (node {i})")
+        start = len(em.lines)
         val[i] = _node(em, node, [val[j] for j in node.inputs], shapes, nodes)
+        if len(em.lines) == start:
+            em.lines[-1] += ": renaming only, no code"
     outs = [_pack(em, val[o], nodes[o].dtype) for o in graph.outputs]
     ups = [_pack(em, val[e], nodes[e].dtype) for _, e in graph.updates]
     body = "\n".join(em.lines)
