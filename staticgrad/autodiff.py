@@ -89,23 +89,29 @@ def grad(y, wrt, grad_output=None):
 
     # Built-in VJP rules are package code: every tensor they make belongs to this line of the user's.
     with building(role="backward", source=source):
-        if grad_output is None:
-            if y.shape != ():
-                raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
-                                f"y (a vector-Jacobian product) or reduce it first (at {source})")
-            seed = ops.as_tensor(1.0, like=y.dtype)
-        else:
-            seed = ops.as_tensor(grad_output, like=y.dtype)
-            try:
-                ops.registry.broadcast_shapes(seed.shape, y.shape)
-            except ValueError:
-                raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
-                                f"shape {format_shape(y.shape)} (at {source})") from None
-            if seed.shape != y.shape:
-                seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
+        # The seed (dy/dy, or grad_output) is y's own adjoint: drawn and commented as belonging to y.
+        with building(adjoint_of=y, rule="seed"):
+            seed = _seed(y, grad_output, source)
         with gc_paused():
             adjoint, sweep = _reverse_sweep(y, wrt, seed)
         return _results(wrt, adjoint, single, sweep, y)
+
+
+def _seed(y, grad_output, source):
+    if grad_output is None:
+        if y.shape != ():
+            raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
+                            f"y (a vector-Jacobian product) or reduce it first (at {source})")
+        return ops.as_tensor(1.0, like=y.dtype)
+    seed = ops.as_tensor(grad_output, like=y.dtype)
+    try:
+        ops.registry.broadcast_shapes(seed.shape, y.shape)
+    except ValueError:
+        raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
+                        f"shape {format_shape(y.shape)} (at {source})") from None
+    if seed.shape != y.shape:
+        seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
+    return seed
 
 
 def _cone(graph: nx.DiGraph, y_id, wrt_ids):
@@ -122,15 +128,25 @@ def _reverse_sweep(y, wrt, seed):
     graph = to_digraph([y])
     order = [graph.nodes[i]["tensor"] for i in nx.topological_sort(graph)]
     # Differentiate the numerically stable form of the graph (same math, finite gradients).
-    twin = rewrite_tensors(order, stable.RULES, keep=wrt)
+    origin = {}
+    twin = rewrite_tensors(order, stable.RULES, keep=wrt, origin=origin)
     if any(twin[t.id] is not t for t in order):
         y = twin[y.id]
-        adjoint, sweep = _reverse_sweep_plain(y, [twin.get(w.id, w) for w in wrt], seed)
+        adjoint, sweep = _reverse_sweep_plain(y, [twin.get(w.id, w) for w in wrt], seed, origin)
         return {w.id: adjoint[twin.get(w.id, w).id] for w in wrt if twin.get(w.id, w).id in adjoint}, sweep
     return _reverse_sweep_plain(y, wrt, seed)
 
 
-def _reverse_sweep_plain(y, wrt, seed):
+def _provenance(node, origin):
+    """(adjoint_of, rule) for the VJP of ``node``: a twin's adjoint nodes belong to the user's tensor it
+    stands for, and name the stable form whose rule made them."""
+    user = origin.get(node.id) if origin else None
+    if user is None:
+        return node, node.op
+    return user, (node.op if node.op == user.op else f"{node.op}, stable form of {user.op}")
+
+
+def _reverse_sweep_plain(y, wrt, seed, origin=None):
     graph = to_digraph([y])
     cone = _cone(graph, y.id, [w.id for w in wrt])
     # node id -> (running sum, contributions). Summing as contributions arrive (not when the node is
@@ -153,7 +169,8 @@ def _reverse_sweep_plain(y, wrt, seed):
         needed = [x.id in cone for x in node.inputs]
         if not any(needed):
             continue
-        with building(adjoint_of=node, rule=node.op):
+        adjoint_of, rule = _provenance(node, origin)
+        with building(adjoint_of=adjoint_of, rule=rule):
             if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
                 CONTEXT.source = None            # a VJP written outside the package: its own lines
             grads = opdef.vjp(g, node, *node.inputs, **node.attrs)
@@ -169,7 +186,7 @@ def _reverse_sweep_plain(y, wrt, seed):
                     continue
                 total, parts = contributions[x.id]
                 parts.append(contribution)
-                with building(adjoint_of=x, rule="sum at fork"):
+                with building(adjoint_of=_provenance(x, origin)[0], rule="sum at fork"):
                     contributions[x.id] = (total + contribution, parts)
     return adjoint, sweep
 

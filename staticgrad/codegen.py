@@ -252,7 +252,8 @@ def comment(node) -> str:
         what += f" ({node.rule})"
     role = "" if node.role == "forward" else f" [{node.role}]"
     if node.adjoint_of is not None and node.role == "backward":
-        what_for = "sum at the fork of" if node.rule == "sum at fork" else f"VJP of {node.rule}"
+        what_for = {"sum at fork": "sum at the fork of", "seed": "seed: the gradient arriving at"}.get(
+            node.rule, f"VJP of {node.rule}")
         role = f" [backward: {what_for} node {node.adjoint_of}]"
     # Names and file names are user text: keep them on the comment's line, whatever they contain.
     return _UNPRINTABLE.sub("?", f"  # {what}{role} @ {node.source}")

@@ -142,6 +142,12 @@ class Graph:
         new.outputs = [mapping[o] for o in self.outputs]
         new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
         new.inputs = [mapping.get(i, i) for i in self.inputs]
+        if moved:
+            # Provenance follows a replaced forward node to what now computes its value.
+            for i, node in nodes.items():
+                target = mapping.get(node.adjoint_of, node.adjoint_of)
+                if target != node.adjoint_of and target in nodes:
+                    nodes[i] = node.copy(adjoint_of=target)
         return new
 
     def without_dead(self) -> "Graph":

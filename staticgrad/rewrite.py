@@ -76,9 +76,10 @@ class _Opaque:
 class TensorRewriter:
     """Rules over user tensors: builds new tensors, leaves the originals untouched."""
 
-    def __init__(self, keep=()):
+    def __init__(self, keep=(), origin=None):
         self.keep = set(keep)
         self.template = None
+        self.origin = {} if origin is None else origin    # {id of a tensor made here: the tensor it replaces}
 
     def inputs(self, n):
         return [_Opaque(x) if x.id in self.keep else x for x in n.inputs]
@@ -88,10 +89,19 @@ class TensorRewriter:
 
     def make(self, op, inputs, attrs=None):
         inputs = tuple(x.tensor if isinstance(x, _Opaque) else x for x in inputs)
-        return apply(op, inputs, dict(attrs or {}), source=self.template.source)
+        return self.stands_in(apply(op, inputs, dict(attrs or {}), source=self.template.source))
 
     def const(self, value, dtype):
-        return constant(value, dtype=dtype)
+        return self.stands_in(constant(value, dtype=dtype))
+
+    def stands_in(self, made, template=None):
+        """``made`` replaces ``template`` (the tensor being rewritten): it takes its role, name scope and
+        provenance, so a twin graph draws and reads like the graph it mirrors."""
+        template = self.template if template is None else template
+        made.role, made.scope, made.adjoint_of, made.rule = (template.role, template.scope, template.adjoint_of,
+                                                            template.rule)
+        self.origin[made.id] = self.origin.get(template.id, template)
+        return made
 
 
 def scalar_value(rw, n):
@@ -175,14 +185,16 @@ def rewrite_graph(graph: Graph, rules: dict):
     return graph, fired_total, budget[0] > 0
 
 
-def rewrite_tensors(order, rules, keep=()):
+def rewrite_tensors(order, rules, keep=(), origin=None):
     """Twin of a tensor graph (in topological ``order``) with ``rules`` applied: {old id: new tensor}.
 
     Tensors in ``keep`` are never rewritten away (so gradients with respect to them stay defined).
     Untouched tensors map to themselves; consumers of rewritten tensors are rebuilt on the new inputs.
+    Every tensor the twin makes has the role, scope and provenance of the one it replaces, and ``origin``
+    (a dict, when given) receives {its id: that original tensor}.
     """
     keep = {t.id for t in keep}
-    rw = TensorRewriter(keep)
+    rw = TensorRewriter(keep, origin)
     twin = {}
     for t in order:
         if t.is_leaf:
@@ -191,7 +203,7 @@ def rewrite_tensors(order, rules, keep=()):
         inputs = [twin[x.id] for x in t.inputs]
         current = t
         if any(a is not b for a, b in zip(inputs, t.inputs)):
-            current = Tensor(t.op, inputs, t.attrs, t.shape, t.dtype, name=t.name, source=t.source)
+            current = rw.stands_in(Tensor(t.op, inputs, t.attrs, t.shape, t.dtype, name=t.name, source=t.source), t)
         if t.id in keep:
             rw.keep.add(current.id)
         elif current.op in rules:

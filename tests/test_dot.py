@@ -338,3 +338,25 @@ def test_saved_sizes_are_exact_byte_counts_with_a_larger_unit_alongside():
     fn = sg.compile([loss, gx], inputs=[x])
     labels = [e.get_label() for e in sg.to_dot(fn).get_edges() if "saved" in str(e.get_label())]
     assert labels and all("9600 B (9.4 KiB)" in label for label in labels)      # 40 * 30 float64
+
+
+def test_gradients_of_stable_forms_keep_their_scope_and_provenance():
+    # sg.grad differentiates the stable twin of log(sigmoid(.)); what it makes must still read as the
+    # user's graph: twins are forward nodes in the user's scope, adjoints point at nodes that exist
+    x = sg.placeholder((None, 2), name="x")
+    W = sg.parameter(np.ones((2, 3)), name="W")
+    with sg.name_scope("layer1"):
+        loss = sg.sum(sg.log(sg.sigmoid(x @ W)))
+    (g,) = sg.grad(loss, [W])
+    fn = sg.compile([loss, g], inputs=[x])
+    for stage, graph in (("optimized", fn.graph), ("unoptimized", fn._unoptimized.to_networkx())):
+        for i, d in graph.nodes(data=True):
+            if d["role"] == "backward":
+                assert d["adjoint_of"] in graph, (stage, i, d["op"])
+            elif d["op"] not in ("placeholder", "parameter", "constant"):
+                assert d["scope"] == "layer1", (stage, i, d["op"])
+    for target in (fn, [loss, g]):
+        assert set(dot_nodes(to_dot(target, collapse=True))) == {
+            str(x.id), str(W.id), "scope_forward_layer1", "scope_backward_layer1"}
+    fn(np.ones((4, 2)))
+    assert "VJP of softplus, stable form of log node" in fn.source
