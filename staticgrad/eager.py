@@ -18,9 +18,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from . import stable
 from .autodiff import sum_to_shape
 from .ops import registry
 from .ops.registry import REGISTRY, as_tensor
+from .rewrite import rewrite_tensors
 from .tensor import (_PACKAGE_DIR, CONTEXT, GradError, ShapeError, Tensor, _ids, building, format_shape,
                      user_frame)
 
@@ -341,18 +343,19 @@ def _as_eager(g):
 def _sweep(roots, seeds, create_graph, collect):
     """Push ``seeds`` back from ``roots``. With ``collect`` (a set of ids) return those adjoints;
     without it, accumulate into the ``.grad`` of leaves that require grad."""
+    order, roots, back = _stable_twin(_topological(roots), roots, collect)
     saved = STATE.grad_enabled
     STATE.grad_enabled = bool(create_graph)
     try:
         adjoint = {r.id: s for r, s in zip(roots, seeds)}
         found, taken = {}, set()
-        for node in reversed(_topological(roots)):
+        for node in reversed(order):
             g = adjoint.pop(node.id, None)
             if g is None:
                 continue
             if collect is not None:
-                if node.id in collect:
-                    found[node.id] = g
+                if back.get(node.id, node.id) in collect:
+                    found[back.get(node.id, node.id)] = g
             elif not node.inputs:
                 _accumulate_leaf(node, g, create_graph, taken)
             if not node.inputs:
@@ -378,6 +381,29 @@ def _sweep(roots, seeds, create_graph, collect):
         return found
     finally:
         STATE.grad_enabled = saved
+
+
+def _stable_twin(order, roots, collect):
+    """The tape to differentiate: its numerically stable form, as sg.grad differentiates it.
+
+    Where the tape holds a pattern of stable.RULES (log(sigmoid(z)), log(1 + x), ...), its stable twin
+    is computed (leaves stay, so gradients still land in their ``.grad``) and swept instead, so eager and
+    static gradients agree where the naive form overflows. Returns (order, roots, {twin id: id asked
+    for}) for the tensors in ``collect``.
+    """
+    if not any(t.op in stable.TRIGGERS for t in order):
+        return order, roots, {}
+    keep = [t for t in order if collect and t.id in collect]
+    saved = STATE.grad_enabled
+    STATE.grad_enabled = True            # the twin's new tensors must be on the tape
+    try:
+        twin = rewrite_tensors(order, stable.RULES, keep=keep)
+    finally:
+        STATE.grad_enabled = saved
+    if all(twin[t.id] is t for t in order):
+        return order, roots, {}
+    roots = [twin.get(r.id, r) for r in roots]
+    return _topological(roots), roots, {twin[t.id].id: t.id for t in keep}
 
 
 def _needed_parts(opdef, g, node, needs):

@@ -10,7 +10,7 @@ import numpy as np
 
 from .graph import Graph, Node
 from .ops.registry import REGISTRY, apply
-from .tensor import Tensor, constant
+from .tensor import constant
 
 LAYOUT = ("reshape", "transpose", "expand_dims", "squeeze")   # single-input ops that only move data
 
@@ -200,10 +200,12 @@ def rewrite_tensors(order, rules, keep=(), origin=None):
         if t.is_leaf:
             twin[t.id] = t
             continue
-        inputs = [twin[x.id] for x in t.inputs]
+        inputs = [twin.get(x.id, x) for x in t.inputs]     # an input outside ``order`` stays as it is
         current = t
         if any(a is not b for a, b in zip(inputs, t.inputs)):
-            current = rw.stands_in(Tensor(t.op, inputs, t.attrs, t.shape, t.dtype, name=t.name, source=t.source), t)
+            # apply, not a bare Tensor: eager tensors compute their value (and tape) when made
+            current = rw.stands_in(apply(t.op, tuple(inputs), t.attrs, source=t.source), t)
+            current.name = t.name
         if t.id in keep:
             rw.keep.add(current.id)
         elif current.op in rules:
