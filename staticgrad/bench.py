@@ -4,12 +4,14 @@ ratios, write JSON.
 The workloads, the numpy references, the peers and the measuring protocol live in the repository's
 benchmarks/ folder; this module finds it, sets up the environment, runs staticgrad in this process and
 each peer in its own process of the peers virtual environment (.venv-peers: torch, jax, pytensor are
-never dependencies of the package), then reports. Only the standard library is imported at module
+never dependencies of the package; without it, of this interpreter, for the peers installed here), then
+reports. Only the standard library is imported at module
 level: the CLI imports this module to build its parser.
 """
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -29,6 +31,10 @@ CHILD_MARK = "STATICGRAD_BENCH_CHILD"
 WORKLOAD_NAMES = ("A", "B", "C", "D", "E")
 PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]")
 BIG_OPS = 20_000          # peers on chains at least this long get the shorter timeout
+DEFAULT_PEER_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
+# The module each peer needs, to skip at once a peer this interpreter lacks (no .venv-peers).
+PEER_MODULES = {"torch": "torch", "torch.compile": "torch", "jax.jit": "jax", "pytensor": "pytensor",
+                "staticgrad[numba]": "numba"}
 PEERS_SETUP = ("python -m venv .venv-peers && .venv-peers/bin/pip install -e . torch==2.13.0 jax jaxlib "
                "pytensor threadpoolctl")
 GOALS = {"A": 0.80, "B": 0.95, "C": 0.80, "D": 0.50}   # issue 4: ratio to hand-written numpy
@@ -46,7 +52,7 @@ class Settings:
     big_timeout_s: float = 180.0    # for peers on chains of BIG_OPS ops or more
     threads: int = 1
     clock: str = "cpu"              # "cpu": process CPU time (single-threaded runs), "wall": perf_counter
-    peer_python: str = os.path.join(ROOT, ".venv-peers", "bin", "python")
+    peer_python: str = DEFAULT_PEER_PYTHON
     quick: bool = False
 
 
@@ -167,9 +173,12 @@ def run(settings: Settings | None = None, log=print) -> dict:
     doc = {"schema": 1, "command": " ".join(sys.argv), "started": datetime.datetime.now().isoformat(timespec="seconds"),
            "settings": asdict(settings), "machine": machine_info(), "blas": bm.measure.blas_info(), "workloads": []}
     names = list(settings.workloads) + [f"chain{n}" for n in settings.compile_ops]
-    peers_ok = os.path.isfile(settings.peer_python) and os.access(settings.peer_python, os.X_OK)
-    if settings.peers and not peers_ok:
+    python, missing = peer_interpreter(settings)
+    if settings.peers and python is None:
         log(f"peers skipped: no peers environment at {settings.peer_python} (create it: {PEERS_SETUP})")
+    elif settings.peers and python == sys.executable:
+        log(f"no peers environment at {settings.peer_python}: peers run in this interpreter where installed"
+            + (f" (not here: {', '.join(missing)})" if missing else "") + f"; for all of them: {PEERS_SETUP}")
     for name in names:
         workload = bm.workloads.get(name)
         entry = {"name": workload.name, "title": workload.title, "kind": workload.kind, "dtype": workload.dtype,
@@ -177,15 +186,31 @@ def run(settings: Settings | None = None, log=print) -> dict:
         log(f"[{workload.name}] {workload.title}: staticgrad")
         entry["results"]["staticgrad"] = _measure_here(bm, workload, settings)
         for peer in settings.peers:
-            if not peers_ok:
+            if python is None:
                 entry["results"][peer] = {"impl": peer, "status": "skipped", "reason": "no peers environment"}
                 continue
+            if peer in missing:
+                entry["results"][peer] = {"impl": peer, "status": "skipped",
+                                          "reason": f"not installed: no module {PEER_MODULES[peer]!r} in {python}"}
+                continue
             log(f"[{workload.name}] {peer}")
-            entry["results"][peer] = run_peer(peer, workload, settings)
+            entry["results"][peer] = run_peer(peer, workload, settings, python)
         doc["workloads"].append(entry)
     doc["seconds"] = time.time() - started
     doc["load_average_end"] = _loadavg()
     return doc
+
+
+def peer_interpreter(settings):
+    """(python that runs the peers, peers it cannot run): the peers environment when it exists; without
+    one, and unless another was asked for, this interpreter, which runs the peers installed in it."""
+    path = settings.peer_python
+    if os.path.isfile(path) and os.access(path, os.X_OK):
+        return path, []
+    if path != DEFAULT_PEER_PYTHON:
+        return None, list(settings.peers)
+    missing = [p for p in settings.peers if importlib.util.find_spec(PEER_MODULES[p]) is None]
+    return sys.executable, missing
 
 
 def _measure_here(bm, workload, settings) -> dict:
@@ -197,10 +222,11 @@ def _measure_here(bm, workload, settings) -> dict:
         return {"impl": "staticgrad", "status": "error", "reason": f"{type(err).__name__}: {err}"[:500]}
 
 
-def run_peer(peer, workload, settings) -> dict:
-    """Run benchmarks/peer_runner.py for one peer and workload in the peers environment, with a timeout."""
+def run_peer(peer, workload, settings, python=None) -> dict:
+    """Run benchmarks/peer_runner.py for one peer and workload in the peers environment (or ``python``),
+    with a timeout."""
     timeout = settings.big_timeout_s if workload.ops >= BIG_OPS else settings.peer_timeout_s
-    cmd = [settings.peer_python, os.path.join(ROOT, "benchmarks", "peer_runner.py"), "--impl", peer,
+    cmd = [python or settings.peer_python, os.path.join(ROOT, "benchmarks", "peer_runner.py"), "--impl", peer,
            "--workload", workload.name, "--rounds", str(settings.rounds), "--target", str(settings.target_s),
            "--budget", str(settings.budget_s), "--threads", str(settings.threads), "--clock", settings.clock]
     started = time.time()

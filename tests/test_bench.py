@@ -15,7 +15,7 @@ from benchmarks import measure, reference, workloads  # noqa: E402
 
 
 def _settings(**overrides):
-    return bench.quick_settings(peers=[], rounds=2, target_s=0.0005, budget_s=0.01, **overrides)
+    return bench.quick_settings(**{"peers": [], "rounds": 2, "target_s": 0.0005, "budget_s": 0.01, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +163,22 @@ def test_floors_time_the_shared_calls_against_both_steps():
         assert set(rows) == {"hand numpy", "staticgrad", floor}
         assert rows["hand numpy"]["ratio"] == 1.0
         assert all(r["median_s"] > 0 for r in rows.values())
+
+
+def test_without_a_peers_environment_peers_run_here_where_installed(monkeypatch, tmp_path):
+    absent = str(tmp_path / "no-venv" / "bin" / "python")
+    monkeypatch.setattr(bench, "DEFAULT_PEER_PYTHON", absent)
+    monkeypatch.setattr(bench, "PEER_MODULES", {"torch": "numpy", "jax.jit": "no_such_module_here"})
+    s = _settings(peers=["torch", "jax.jit"], peer_python=absent, workloads=["E"], compile_ops=[])
+    assert bench.peer_interpreter(s) == (bench.sys.executable, ["jax.jit"])
+    # a python asked for by name that is not there: every peer is skipped, none runs elsewhere
+    s_named = _settings(peers=["torch"], peer_python=str(tmp_path / "elsewhere"))
+    assert bench.peer_interpreter(s_named) == (None, ["torch"])
+    ran, lines = [], []
+    monkeypatch.setattr(bench, "run_peer", lambda peer, wl, settings, python=None: ran.append((peer, python)) or
+                        {"impl": peer, "status": "ok"})
+    doc = bench.run(s, log=lines.append)
+    results = doc["workloads"][0]["results"]
+    assert ran == [("torch", bench.sys.executable)]
+    assert results["jax.jit"]["status"] == "skipped" and "no_such_module_here" in results["jax.jit"]["reason"]
+    assert any("peers run in this interpreter where installed" in line for line in lines)
