@@ -158,6 +158,11 @@ def _write_zip(path, text_member, doc, arrays):
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".staticgrad-", suffix=".tmp", dir=folder)
     try:
+        if hasattr(os, "fchmod"):
+            # mkstemp's file is private (0600); the saved file gets what any new file gets here.
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(text_member, _dumps(doc) + "\n")
             for key, arr in arrays.items():
@@ -355,6 +360,16 @@ def _decode_node(entry, nodes, arrays, params, holders):
                 _check_text(entry.get("rule"), f"node {nid}'s rule"), entry["requires_grad"], id=nid)
     if op in LEAVES:
         _expect(not inputs and not attrs, f"node {nid} ({op}): a leaf has no inputs or attributes")
+    else:
+        # The op's own shape rule must agree with what the file says: an edited shape, dtype or attribute
+        # is refused here, not found out (or not) when the function runs.
+        try:
+            shape, dtype = REGISTRY[op].infer([nodes[i] for i in inputs], **attrs)
+        except (ValueError, TypeError, IndexError, KeyError) as err:
+            raise LoadError(f"node {nid} ({op}): its inputs and attributes do not fit the op: {err}") from None
+        _expect(tuple(shape) == node.shape and np.dtype(dtype) == node.dtype,
+                f"node {nid} ({op}): the file says shape {node.shape} and dtype {node.dtype}, its inputs give "
+                f"{tuple(shape)} and {np.dtype(dtype)}")
     if op == "constant":
         key = entry.get("value")
         _expect(isinstance(key, str) and key in arrays, f"constant node {nid}: no value in the file")

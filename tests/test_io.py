@@ -1,6 +1,7 @@
 """staticgrad.io: saving and loading compiled functions and parameter checkpoints."""
 import builtins
 import json
+import os
 import zipfile
 
 import numpy as np
@@ -133,6 +134,18 @@ def _node(doc, op):
     return next(n for n in doc["function"]["nodes"] if n["op"] == op)
 
 
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX file modes")
+def test_saved_files_get_the_permissions_of_any_new_file(tmp_path):
+    mask = os.umask(0o027)
+    try:
+        path = _saved(tmp_path)
+        fresh = tmp_path / "fresh"
+        fresh.touch()
+    finally:
+        os.umask(mask)
+    assert os.stat(path).st_mode & 0o777 == os.stat(fresh).st_mode & 0o777 == 0o640
+
+
 def test_a_truncated_file_is_a_clear_error(tmp_path):
     path = _saved(tmp_path)
     raw = open(path, "rb").read()
@@ -203,6 +216,20 @@ def test_structural_damage_is_rejected(tmp_path):
         "has no .or a repeated. value": lambda doc: doc["parameters"].append({"key": "p9", "name": "z", "shape": [], "dtype": "float64"}),
         "format version": lambda doc: doc.update(version=99),
         "bad role": lambda doc: _node(doc, "tanh").update(role="sideways"),
+    }
+    for message, edit in edits.items():
+        path = _tamper(_saved(tmp_path), edit)
+        with pytest.raises(LoadError, match=message):
+            sgio.load(path)
+
+
+def test_shapes_dtypes_and_attributes_must_agree_with_the_ops(tmp_path):
+    edits = {
+        "the file says shape .None, 99.": lambda doc: _node(doc, "matmul").update(shape=[None, 99]),
+        "the file says shape \\(\\)": lambda doc: _node(doc, "tanh").update(shape=[]),
+        "dtype int8": lambda doc: _node(doc, "tanh").update(dtype="int8"),
+        "do not fit the op": lambda doc: _node(doc, "getitem")["attrs"].update(
+            index={"t": "tuple", "v": [{"t": "slice", "v": [None, None, None]}] * 3}),
     }
     for message, edit in edits.items():
         path = _tamper(_saved(tmp_path), edit)
