@@ -197,7 +197,9 @@ def _results(wrt, adjoint, single, sweep, y):
         g = adjoint.get(w.id)
         if g is None:
             # y does not depend on w: its gradient is zero (TF1 returns None here; zeros compose better).
-            g = ops.zeros_like(w)
+            # It still reads w's shape, so a function of this gradient takes w as an input (as it does
+            # when w has unknown dims); constant folding makes it a constant where the shape is static.
+            g = apply("zeros_like", (w,), {"dtype": w.dtype})
         # The sweep that made g, for fn.trace and the DOT pictures; a shared tensor keeps the first.
         if g.meta is None:
             g.meta = {}

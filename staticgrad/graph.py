@@ -167,15 +167,7 @@ class Graph:
 
     def live(self) -> set:
         """Ids of the nodes the outputs and updates need (iteratively)."""
-        roots = list(self.outputs) + [e for _, e in self.updates] + [p for p, _ in self.updates] + self.inputs
-        seen, stack = set(), roots
-        while stack:
-            i = stack.pop()
-            if i in seen:
-                continue
-            seen.add(i)
-            stack.extend(self.nodes[i].inputs)
-        return seen
+        return self._needed(list(self.outputs) + [i for pair in self.updates for i in pair] + self.inputs)
 
     def count(self, op=None) -> int:
         if op is None:
@@ -194,20 +186,25 @@ class Graph:
 
         Nodes may be shared with other graphs, so a node whose role changes is replaced by a copy.
         """
-        needed_by_outputs, stack = set(), list(self.outputs)
-        while stack:
-            i = stack.pop()
-            if i not in needed_by_outputs:
-                needed_by_outputs.add(i)
-                stack.extend(self.nodes[i].inputs)
+        needed_by_outputs = self._needed(self.outputs)
+        needed_by_updates = self._needed([i for pair in self.updates for i in pair]) - needed_by_outputs
         for i, node in self.nodes.items():
             if node.role == "backward":
                 continue
             # A leaf too: a parameter or feed that only the updates read (a momentum buffer, a learning
-            # rate fed per call) belongs to the update step.
-            role = "forward" if i in needed_by_outputs else "update"
+            # rate fed per call) belongs to the update step. A declared input nothing reads stays forward.
+            role = "update" if i in needed_by_updates else "forward"
             if role != node.role:
                 self.nodes[i] = node.copy(role=role)
+
+    def _needed(self, roots) -> set:
+        seen, stack = set(), list(roots)
+        while stack:
+            i = stack.pop()
+            if i not in seen:
+                seen.add(i)
+                stack.extend(self.nodes[i].inputs)
+        return seen
 
     def to_networkx(self) -> nx.DiGraph:
         g = nx.DiGraph()

@@ -555,3 +555,20 @@ def test_optimizing_leaves_the_unoptimized_graph_intact(name, rng):
     # and the user's tensors still describe the same computation: compiling again gives the same graph
     again = sg.compile(outputs, inputs=inputs)
     assert [n.op for n in again.ir.nodes.values()] == [n.op for n in fn.ir.nodes.values()]
+
+
+def test_the_zero_gradient_of_an_unused_wrt_is_a_function_of_it():
+    # y does not depend on x: d y/d x is zeros of x's shape, and the function computing it takes x, as
+    # it must when x has unknown dims (then only x's feed gives the shape)
+    for shape in ((3,), (None,)):
+        x = sg.placeholder(shape, requires_grad=True, name="x")
+        W = sg.parameter(np.ones(3), name="W")
+        y = sg.sum(W * W)
+        (gx,) = sg.grad(y, [x])
+        for optimize in (True, False):
+            fn = sg.compile([y, gx], optimize=optimize)
+            loss, g = fn({x: np.ones(3)})
+            np.testing.assert_array_equal(g, np.zeros(3))
+            assert {d["role"] for _, d in fn.graph.nodes(data=True) if d["op"] == "placeholder"} == {"forward"}
+            with pytest.raises(sg.FeedError, match="'x'"):
+                fn({})
