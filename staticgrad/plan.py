@@ -42,15 +42,20 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
         node = graph.nodes[i]
         if i in specs:
             continue
-        if node.op in LEAVES or None not in node.shape:
+        if node.op in LEAVES or (None not in node.shape and all(None not in graph.nodes[j].shape
+                                                                 for j in node.inputs)):
             specs[i] = _Spec(node.shape, node.dtype)     # static shapes without unknowns are exact
             continue
+        # Also where the result's shape is static: inputs sized by different feeds must still agree (the
+        # logits and labels of a loss fed 3 rows and 4 labels).
         try:
             shape, dtype = REGISTRY[node.op].infer([specs[j] for j in node.inputs], **node.attrs)
         except ShapeError as err:
             sizes = ", ".join(format_shape(specs[j].shape) for j in node.inputs)
-            raise ShapeError(f"{node.op} (built at {node.source}): {err}; the sizes fed give inputs of shapes "
-                             f"{sizes}") from None
+            fed = ", ".join(f"{graph.nodes[j].label()!r} {format_shape(s)}" for j, s in zip(graph.inputs, feed_shapes)
+                            if None in graph.nodes[j].shape)
+            raise ShapeError(f"{node.op} (built at {node.source}): {err}; the sizes fed ({fed}) give inputs of "
+                             f"shapes {sizes}") from None
         specs[i] = _Spec(shape, node.dtype)
     return {i: s.shape for i, s in specs.items()}
 

@@ -492,3 +492,17 @@ def test_scalar_plan_falling_back_to_numpy_hands_buffers_over_safely():
             program = fn._last
             assert all(w.value is not v for v in program.namespace.values())
     assert fn.report().summary["program"] == "scalar" and program.handoff
+
+
+def test_feeds_whose_sizes_disagree_name_the_op_and_the_placeholders():
+    x = sg.placeholder((None, 2), name="x")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    W = sg.parameter(np.ones((2, 3)), name="W")
+    loss = sg.softmax_cross_entropy(x @ W, t)          # the loss is 0-d: its static shape is exact
+    (gW,) = sg.grad(loss, [W])
+    step = sg.compile(loss, inputs=[x, t], updates=[(W, W - 0.1 * gW)])
+    line = loss.source
+    with pytest.raises(sg.ShapeError, match=rf"softmax_cross_entropy \(built at {line}\).*'x' \(3, 2\), 't' \(4,\)"):
+        step(np.ones((3, 2)), np.zeros(4, dtype=np.int64))
+    np.testing.assert_array_equal(W.value, np.ones((2, 3)))
+    step(np.ones((4, 2)), np.zeros(4, dtype=np.int64))   # consistent sizes still run
