@@ -371,3 +371,15 @@ def test_softmax_cross_entropy_kernels_follow_the_textbook_order_of_operations()
             np.testing.assert_array_equal(grad, nn_ops._sce_grad_kernel(z, t))
         with pytest.raises(ValueError, match="got values in"):
             nn_ops._sce_kernel(z, np.where(t == t[0, 0], -1, t).astype(np.int8))
+
+
+def test_concatenate_with_axis_none_flattens_as_numpy_does():
+    a = sg.placeholder((2, 3), name="a", requires_grad=True)
+    b = sg.placeholder((4,), name="b", requires_grad=True)
+    c = sg.concatenate([a, b], axis=None)
+    assert c.shape == (10,)
+    A, B = np.arange(6.0).reshape(2, 3), np.arange(4.0)
+    got, ga, gb = sg.compile([c] + sg.grad(sg.sum(c * c), [a, b]), inputs=[a, b])(A, B)
+    np.testing.assert_array_equal(got, np.concatenate([A, B], axis=None))
+    np.testing.assert_array_equal(ga, 2 * A)
+    np.testing.assert_array_equal(gb, 2 * B)

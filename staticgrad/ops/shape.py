@@ -313,10 +313,13 @@ def zeros_like(x, dtype=None):
 
 
 def concatenate(tensors, axis=0):
-    """numpy.concatenate along an existing axis."""
+    """numpy.concatenate along an existing axis (``axis=None``: of the flattened tensors, as numpy does)."""
     tensors = coerce(*tensors)
     if not tensors:
         raise ValueError("concatenate: need at least one tensor")
+    if axis is None:
+        tensors = tuple(reshape(t, -1) for t in tensors)
+        axis = 0
     axis = op_axes("concatenate", axis, tensors[0].ndim)[0]
     return apply("concatenate", tensors, {"axis": axis})
 
