@@ -386,6 +386,11 @@ class Function:
     def inputs(self):
         return [n.tensor for n in self._inputs]
 
+    def parameters(self) -> list:
+        """The parameters this function reads or updates, in graph order (``.value`` is each one's array);
+        after ``sg.load`` these are the fresh parameters holding the saved values."""
+        return list(self._params)
+
     def report(self) -> Report:
         """What each pass did (``.rows``), plus the plans built so far and the memory of the latest one."""
         summary = {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items())),

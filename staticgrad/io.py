@@ -434,9 +434,7 @@ def load(path):
 # ------------------------------------------------------------------ parameter checkpoints
 def _parameter_list(target):
     """[(key, parameter tensor)] for a Function, a dict, something with .parameters(), or a list."""
-    if isinstance(target, Function):
-        items = list(target._params)
-    elif isinstance(target, dict):
+    if isinstance(target, dict):
         return [(str(k), v) for k, v in target.items()]
     elif hasattr(target, "parameters") and callable(target.parameters):
         items = list(target.parameters())

@@ -293,3 +293,15 @@ def test_a_loaded_function_saves_and_loads_again(tmp_path, rng):
     X, T = _batch(rng)
     for a, b in zip(once(X, T), twice(X, T)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_loaded_function_lists_its_parameters(tmp_path):
+    x = sg.placeholder((None, 2), name="x")
+    W = sg.parameter(np.arange(6.0).reshape(2, 3), name="W")
+    b = sg.parameter(np.zeros(3), name="b")
+    fn = sg.compile(sg.sum(x @ W + b), inputs=[x])
+    assert fn.parameters() == [W, b]
+    loaded = sgio.load(sgio.save(fn, tmp_path / "fn.npz"))
+    names = [p.name for p in loaded.parameters()]
+    assert names == ["W", "b"] and all(p is not q for p, q in zip(loaded.parameters(), [W, b]))
+    np.testing.assert_array_equal(loaded.parameters()[0].value, W.value)
