@@ -174,17 +174,30 @@ _EMPTY = np.empty((), np.dtype([]))
 
 def _index_shape(shape, index):
     """The static shape of ``x[index]``: probe numpy with two sizes for each unknown dim, both larger than
-    any number in the index, and keep the dims that come out the same (the index fixes them)."""
+    any number in the index, and keep the dims that come out the same (the index fixes them).
+
+    A slice clips to the axis it cuts, so over an unknown size it fixes nothing: ``x[:64]`` of 3 rows has
+    3. A third probe empties each unknown axis in turn; the dims that change with it are left unknown.
+    """
     shape = _pin_masks(shape, index)
     small = _index_extent(index) + 2
 
-    def probe(fill):
-        return np.broadcast_to(_EMPTY, tuple(fill if d is None else d for d in shape))[index].shape
+    def probe(sizes):
+        return np.broadcast_to(_EMPTY, tuple(sizes))[index].shape
+    base = [small if d is None else d for d in shape]
     try:
-        a, b = probe(small), probe(2 * small + 1)
+        a, b = probe(base), probe([2 * small + 1 if d is None else d for d in shape])
     except IndexError as err:
         raise ShapeError(f"index {index} does not fit shape {format_shape(shape)}: {err}") from None
-    return tuple(d if d == e else None for d, e in zip(a, b))
+    out = [d if d == e else None for d, e in zip(a, b)]
+    for k, d in enumerate(shape):
+        if d is None:
+            try:
+                emptied = probe(base[:k] + [0] + base[k + 1:])
+            except IndexError:          # an integer or an index array reads this axis: no slice cuts it
+                continue
+            out = [None if e != f else e for e, f in zip(out, emptied)]
+    return tuple(out)
 
 
 def _getitem_spec(inputs, index):
