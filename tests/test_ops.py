@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad import eager
 from staticgrad.ops import REGISTRY, broadcast_to, expand_dims, squeeze
 from staticgrad.testing import check_grads
 from tests.op_specs import OP_SPECS
@@ -383,3 +384,23 @@ def test_concatenate_with_axis_none_flattens_as_numpy_does():
     np.testing.assert_array_equal(got, np.concatenate([A, B], axis=None))
     np.testing.assert_array_equal(ga, 2 * A)
     np.testing.assert_array_equal(gb, 2 * B)
+
+
+def test_clip_with_crossed_bounds_sends_every_gradient_to_the_upper_bound():
+    # numpy's clip is minimum(maximum(x, lo), hi): with lo > hi every result is hi, whatever x and lo are
+    x = sg.placeholder((3,), name="x", requires_grad=True)
+    lo = sg.placeholder((), name="lo", requires_grad=True)
+    hi = sg.placeholder((), name="hi", requires_grad=True)
+    grads = sg.grad(sg.sum(sg.clip(x, lo, hi)), [x, lo, hi])
+    feeds = (np.array([0.5, 3.0, -1.0]), 2.0, 1.0)
+    for optimize in (True, False):
+        gx, glo, ghi = sg.compile(grads, inputs=[x, lo, hi], optimize=optimize)(*feeds)
+        np.testing.assert_array_equal(gx, [0.0, 0.0, 0.0])
+        assert (glo, ghi) == (0.0, 3.0)
+    ex, elo, ehi = (eager.tensor(v, requires_grad=True) for v in feeds)
+    sg.sum(sg.clip(ex, elo, ehi)).backward()
+    assert (elo.grad, ehi.grad) == (0.0, 3.0)
+    # ordinary bounds: inside to x, below to lo, above to hi
+    gx, glo, ghi = sg.compile(grads, inputs=[x, lo, hi])(np.array([0.5, 3.0, -1.0]), 0.0, 1.0)
+    np.testing.assert_array_equal(gx, [1.0, 0.0, 0.0])
+    assert (glo, ghi) == (1.0, 1.0)

@@ -211,8 +211,12 @@ def where(cond, x, y):
 
 
 def _clip_vjp(g, out, x, lo, hi):
+    # numpy's clip is minimum(maximum(x, lo), hi): where lo > hi every result is hi, whatever x is.
     inside = logical_and(x >= lo, x <= hi)
-    return where(inside, g, 0), where(x < lo, g, 0), where(x > hi, g, 0)
+    below = x < lo
+    to_lo = logical_and(below, lo <= hi)
+    to_hi = logical_or(x > hi, logical_and(below, lo > hi))
+    return where(inside, g, 0), where(to_lo, g, 0), where(to_hi, g, 0)
 
 
 def _clip_kernel(x, lo, hi):
