@@ -183,7 +183,7 @@ def test_rewrite_tensors_never_rewrites_a_kept_tensor_away():
 
 def test_simplify_rules_on_tensors():
     x = sg.placeholder((3,), name="x")
-    y = -(-(x * 1)) + 0
+    y = -(-(x * 1)) - 0.0
     twin = rewrite_tensors(topological_order([y]), simplify.RULES)
     assert twin[y.id] is x
 
@@ -193,7 +193,7 @@ def test_a_very_deep_chain_rewrites_without_recursion():
     x = sg.placeholder((2,), name="x")
     y = x
     for k in range(3000):
-        y = (y + 0) * 1 if k % 2 else -(-y)
+        y = (y - 0.0) * 1 if k % 2 else -(-y)
     y = sg.exp(y)
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(400)

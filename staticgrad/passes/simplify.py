@@ -27,9 +27,29 @@ def _all_equal(rw, n, value) -> bool:
     return bool(np.all(v == value))
 
 
+def _zero_operand(rw, node, negative, positions):
+    """The operand ``x`` of ``x + z`` / ``x - z`` when the result is exactly x.
+
+    IEEE's neutral zero for addition is -0.0 (-0.0 + 0.0 is +0.0), and for subtraction +0.0. An integer
+    zero is neutral only in integer arithmetic: on floats it becomes +0.0.
+    """
+    kind = node.dtype.kind
+    if kind in "iub":
+        return _identity_operand(rw, node, 0, positions)
+    if kind != "f":
+        return None
+    a, b = rw.inputs(node)
+    for k, (x, z) in enumerate(((a, b), (b, a))):
+        v = rw.const_value(z)
+        if (k in positions and same_type(x, node) and v is not None and v.size and v.dtype.kind == "f"
+                and not np.any(v) and bool(np.all(np.signbit(v) == negative))):
+            return x
+    return None
+
+
 def add_zero(rw, node):
-    """x + 0 -> x; a + -b -> a - b; -a + b -> b - a."""
-    x = _identity_operand(rw, node, 0)
+    """x + (-0.0) -> x; a + -b -> a - b; -a + b -> b - a (x + 0.0 stays: for x = -0.0 it is +0.0)."""
+    x = _zero_operand(rw, node, negative=True, positions=(0, 1))
     if x is not None:
         return x
     a, b = rw.inputs(node)
@@ -41,8 +61,8 @@ def add_zero(rw, node):
 
 
 def sub_zero(rw, node):
-    """x - 0 -> x; a - -b -> a + b."""
-    x = _identity_operand(rw, node, 0, positions=(0,))
+    """x - 0.0 -> x; a - -b -> a + b."""
+    x = _zero_operand(rw, node, negative=False, positions=(0,))
     if x is not None:
         return x
     a, b = rw.inputs(node)

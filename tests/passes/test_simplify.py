@@ -19,12 +19,15 @@ def compiled(out, inputs, passes=SIMPLIFY):
 
 
 def same(a, b):
-    """Equal values, shape and dtype; NaN equals NaN (the point is that NaN/Inf survive)."""
+    """Equal values, shape and dtype, and the sign of every zero; NaN equals NaN (the point is that NaN/Inf
+    survive)."""
     a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    if not (a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)):
+        return False
+    return a.dtype.kind != "f" or np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0]))
 
 
-X = np.array([[1.5, -2.0, 0.0], [np.inf, np.nan, -0.25]])
+X = np.array([[1.5, -2.0, -0.0], [np.inf, np.nan, -0.25]])      # -0.0: x + 0.0 is +0.0 there
 
 
 def check_against_unoptimized(out, inputs, feeds, passes=SIMPLIFY):
@@ -43,9 +46,9 @@ def check_against_unoptimized(out, inputs, feeds, passes=SIMPLIFY):
 
 # ------------------------------------------------------------------ identities that vanish
 IDENTITIES = {
-    "x+0": lambda x: x + 0,
-    "0+x": lambda x: 0 + x,
-    "x-0": lambda x: x - 0,
+    "x+(-0.0)": lambda x: x + (-0.0),
+    "(-0.0)+x": lambda x: -0.0 + x,
+    "x-0": lambda x: x - 0.0,
     "x*1": lambda x: x * 1,
     "1*x": lambda x: 1 * x,
     "x/1": lambda x: x / 1,
@@ -53,10 +56,10 @@ IDENTITIES = {
     "x.T.T": lambda x: x.T.T,
     "transpose twice": lambda x: sg.transpose(sg.transpose(x, (1, 0)), (1, 0)),
     "reshape to same shape": lambda x: x.reshape((2, 3)),
-    "x + zeros of x's shape": lambda x: x + sg.constant(np.zeros((2, 3))),
+    "x + -zeros of x's shape": lambda x: x + sg.constant(np.full((2, 3), -0.0)),
     "x * ones of x's shape": lambda x: x * sg.constant(np.ones((2, 3))),
     "x * broadcast 1": lambda x: x * broadcast_to(sg.constant(1.0), (2, 3)),
-    "x + broadcast 0": lambda x: broadcast_to(sg.constant(0.0), (2, 3)) + x,
+    "x + broadcast -0.0": lambda x: broadcast_to(sg.constant(-0.0), (2, 3)) + x,
 }
 
 
@@ -167,16 +170,27 @@ def test_gradient_of_a_sum_has_no_multiplication_by_one():
 
 def test_simplify_reports_what_it_did():
     x = sg.placeholder((2, 3), name="x")
-    fn = sg.compile(((x + 0) * 1).T.T, inputs=[x], passes=["simplify"])
+    fn = sg.compile(((x - 0.0) * 1).T.T, inputs=[x], passes=["simplify"])
     (row,) = fn.report().rows
     assert row["pass"] == "simplify"
     assert row["changed"] >= 3
     assert row["fixed_point"] is True
-    assert row["removed"] == {"add": 1, "mul": 1, "transpose": 2, "constant": 2}
+    assert row["removed"] == {"sub": 1, "mul": 1, "transpose": 2, "constant": 2}
 
 
 # ------------------------------------------------------------------ rewrites that must not happen
 NAN_INF = np.array([np.nan, np.inf, -np.inf, 0.0, 2.0])
+
+
+@pytest.mark.parametrize("build", [lambda x: x + 0.0, lambda x: 0.0 + x, lambda x: x + 0,
+                                   lambda x: x + sg.constant(np.zeros((2, 3))), lambda x: x - (-0.0)],
+                         ids=["x+0.0", "0.0+x", "x+0", "x+zeros", "x-(-0.0)"])
+def test_adding_plus_zero_is_kept_because_it_turns_minus_zero_into_plus_zero(build):
+    # -0.0 + 0.0 is +0.0 in IEEE arithmetic, and 1 / that is +inf where 1 / x is -inf
+    x = sg.placeholder((2, 3), name="x")
+    fn = check_against_unoptimized(1.0 / build(x), [x], [X], passes=list(sg.passes.DEFAULT))
+    with np.errstate(divide="ignore"):
+        assert fn(X)[0, 2] == np.inf
 
 
 @pytest.mark.parametrize("build, op", [
@@ -253,7 +267,7 @@ def test_merging_scalings_never_makes_a_nan(x_value, c1, c2):
 
 def test_shapes_and_dtypes_of_every_node_survive_the_pass():
     x = sg.placeholder((2, 3), name="x", requires_grad=True)
-    y = sg.sum(sg.tanh((x * 1 + 0).T.T) * 2 * 3, axis=0, keepdims=True)
+    y = sg.sum(sg.tanh((x * 1 - 0.0).T.T) * 2 * 3, axis=0, keepdims=True)
     (g,) = sg.grad(sg.sum(y), [x])
     fn = check_against_unoptimized([y, g], [x], [np.arange(6.0).reshape(2, 3) / 6])
     out = dict(fn.graph.nodes(data=True))
