@@ -110,7 +110,10 @@ def _seed(y, grad_output, source):
         raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
                         f"shape {format_shape(y.shape)} (at {source})") from None
     if seed.shape != y.shape:
-        seed = ops.broadcast_to(seed, y.shape) if None not in y.shape else seed + ops.zeros_like(y)
+        # Run-time sizes on either side: broadcast to y's shape when the call runs (a size that cannot
+        # broadcast is an error there).
+        known = None not in y.shape and None not in seed.shape
+        seed = ops.broadcast_to(seed, y.shape) if known else apply("broadcast_like", (seed, y))
     return seed
 
 

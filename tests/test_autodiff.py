@@ -337,3 +337,12 @@ def test_backward_nodes_name_the_grad_line_or_a_custom_vjps_own_line():
     here = os.path.basename(__file__)
     assert ("test_double", f"{here}:{vjp_line}") in lines
     assert ("sin", f"{here}:{grad_line}") in lines
+
+
+def test_grad_output_with_run_time_sizes_where_y_has_static_ones():
+    x = sg.placeholder((1, 2), name="x", requires_grad=True)
+    go = sg.placeholder((None, None), name="go")
+    (g,) = sg.grad(x * 3.0, [x], grad_output=go)
+    assert g.shape == (1, 2)
+    np.testing.assert_array_equal(sg.compile(g, inputs=[x, go])(np.ones((1, 2)), np.array([[1.0, 2.0]])),
+                                  [[3.0, 6.0]])

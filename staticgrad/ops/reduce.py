@@ -131,7 +131,9 @@ def _broadcast_to_spec(inputs, shape):
 def _broadcast_like_spec(inputs):
     from .registry import broadcast_shapes
     x, ref = inputs
-    return broadcast_shapes(x.shape, ref.shape), x.dtype
+    both = broadcast_shapes(x.shape, ref.shape)
+    # The result always has ref's shape: where ref's size is static, so is the result's.
+    return tuple(b if r is None else r for r, b in zip(ref.shape, both[len(both) - len(ref.shape):])), x.dtype
 
 
 def _broadcast_like_kernel(x, ref):
