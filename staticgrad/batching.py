@@ -24,6 +24,7 @@ import numpy as np
 from . import scan
 from .graph import Graph, Node
 from .ops.registry import REGISTRY, VIEW
+from .plan import elementwise_ufunc
 
 MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
 MIN_BATCH = 4
@@ -42,7 +43,8 @@ class Batched:
 
 def _batchable(node, shapes):
     kernel = REGISTRY[node.op].kernel if node.op in REGISTRY else None
-    return (isinstance(kernel, np.ufunc) and not node.attrs and node.dtype.kind == "f"
+    # Elementwise only: a stacked buffer of vectors is not a matrix (W @ h_i is not W @ [h_1; ...; h_k]).
+    return (elementwise_ufunc(kernel) and not node.attrs and node.dtype.kind == "f"
             and 0 < math.prod(shapes[node.id]) <= MAX_SIZE)
 
 
@@ -291,7 +293,10 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(),
         nodes[rows_node.id] = rows_node
         shapes[rows_node.id] = stack.shape
         insert_at.setdefault(pos[last.id], []).append(rows_node.id)
-        nodes[last.id] = last.copy(op="sum", inputs=[rows_node.id], attrs={"axis": (0,), "keepdims": False})
+        # Row after row, from -0.0 (numpy's reduce would start from +0.0): the chain's own bits, signed
+        # zeros included (-0.0 + -0.0 is -0.0).
+        initial = {"initial": last.dtype.type(-0.0)} if last.dtype.kind == "f" else {}
+        nodes[last.id] = last.copy(op="sum", inputs=[rows_node.id], attrs={"axis": (0,), "keepdims": False, **initial})
         gone.update(adds[:-1])
     new_order = []
     for k, i in enumerate(order):

@@ -60,10 +60,15 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
     return {i: s.shape for i, s in specs.items()}
 
 
+def elementwise_ufunc(kernel) -> bool:
+    """A ufunc that maps elements to elements (np.matmul is a ufunc too, but a generalized one)."""
+    return isinstance(kernel, np.ufunc) and kernel.signature is None
+
+
 def inplace_safe(op) -> bool:
     """Whether the kernel may write its result over one of its own operands (a single-pass ufunc)."""
     kernel = REGISTRY[op].kernel
-    return isinstance(kernel, np.ufunc) or getattr(kernel, "inplace_safe", False)
+    return elementwise_ufunc(kernel) or getattr(kernel, "inplace_safe", False)
 
 
 def accepts_out(op) -> bool:

@@ -1,5 +1,6 @@
 """Horizontal batching: independent small elementwise ops of one kind run as one numpy call."""
 import numpy as np
+import pytest
 
 import staticgrad as sg
 from staticgrad import batching
@@ -153,3 +154,32 @@ def test_a_group_whose_first_candidate_cannot_be_stacked_batches_the_rest():
         np.testing.assert_array_equal(a, b)
     subs = [line for line in fn.source.splitlines() if "= sub_" in line]
     assert len(subs) <= 2
+
+
+def test_a_running_sum_of_negative_zeros_is_negative_zero():
+    # numpy's add.reduce starts from +0.0; the chain a + b + ... of -0.0 terms is -0.0 (1/it is -inf)
+    x = sg.placeholder((3,), name="x")
+    s = sg.sin(x)
+    for k in range(2, 12):
+        s = s + sg.sin(x * float(k))
+    fn = sg.compile(1.0 / s, inputs=[x])
+    fn._scalar = False
+    with np.errstate(divide="ignore"):
+        got = fn(np.full(3, -0.0))
+    assert fn.report().summary["running_sums"] == 1
+    np.testing.assert_array_equal(got, np.full(3, -np.inf))
+
+
+@pytest.mark.parametrize("side", ["W @ h", "h @ W", "h @ h"])
+def test_matrix_products_of_many_small_vectors_are_not_batched_as_elementwise(side):
+    # np.matmul is a ufunc, but not an elementwise one: W @ [h_1; ...; h_k] is not [W @ h_1; ...]
+    W = sg.parameter(np.random.default_rng(2).normal(size=(4, 4)), name="W")
+    x = sg.placeholder((4,), name="x")
+    hs = [sg.tanh(x * float(i + 1)) for i in range(5)]
+    product = {"W @ h": lambda h: W @ h, "h @ W": lambda h: h @ W, "h @ h": lambda h: h @ h}[side]
+    loss = sum((sg.sum(sg.square(product(h))) for h in hs), sg.constant(0.0))
+    X = np.random.default_rng(3).normal(size=4)
+    fast, slow = sg.compile(loss, inputs=[x]), sg.compile(loss, inputs=[x])
+    fast._scalar = slow._scalar = False
+    slow._memory_planning = False
+    assert fast(X) == slow(X)
