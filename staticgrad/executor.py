@@ -216,7 +216,7 @@ class Function:
         except Exception as err:
             raise self._explain(err, program) from err
         if new_values:
-            self._assign(new_values, outputs, program)
+            self._assign(new_values, outputs, program, feeds)
         # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
         if self._single:
             out = outputs[0]
@@ -297,11 +297,13 @@ class Function:
             raise FeedError(f"missing feed for placeholder {', '.join(map(repr, missing))}: {detail}")
         return [check_feed(node, given[node.id]) for node in self._inputs]
 
-    def _assign(self, new_values, outputs, program):
+    def _assign(self, new_values, outputs, program, feeds=()):
         # Check every new value before assigning any, so a failing call changes no parameter.
-        # A value the caller or another parameter also holds is copied: a parameter owns its array.
+        # A value the caller or another parameter also holds is copied: a parameter owns its array
+        # (an update to a feed, x itself or x * 1, must not follow the caller's later writes to x).
         held = {id(p._value) for p in self._params}
         held.update(map(id, outputs))
+        held.update(map(id, feeds))
         # (an output may also be a view of a new value: the memory it shows is the caller's too)
         held.update([id(o.base) for o in outputs if type(o) is np.ndarray and o.base is not None])
         checked = []

@@ -506,3 +506,17 @@ def test_feeds_whose_sizes_disagree_name_the_op_and_the_placeholders():
         step(np.ones((3, 2)), np.zeros(4, dtype=np.int64))
     np.testing.assert_array_equal(W.value, np.ones((2, 3)))
     step(np.ones((4, 2)), np.zeros(4, dtype=np.int64))   # consistent sizes still run
+
+
+@pytest.mark.parametrize("update", ["x", "x * 1.0", "stop_gradient(x)", "gradient"])
+def test_a_parameter_updated_to_a_feed_owns_its_array(update):
+    W = sg.parameter(np.zeros(100), name="W")
+    x = sg.placeholder((100,), name="x")
+    new = {"x": lambda: x, "x * 1.0": lambda: x * 1.0, "stop_gradient(x)": lambda: sg.stop_gradient(x),
+           "gradient": lambda: sg.grad(sg.sum(x * W), [W])[0]}[update]()
+    fn = sg.compile(sg.sum(W * x), inputs=[x], updates=[(W, new)])
+    X = np.ones(100)
+    fn(X)
+    X[:] = 7.0                               # the caller reuses its array
+    np.testing.assert_array_equal(W.value, np.ones(100))
+    assert not np.shares_memory(W.value, X)
