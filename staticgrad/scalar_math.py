@@ -13,11 +13,12 @@ def softplus(x):
 
 
 def maximum(a, b):
-    return a if (a >= b or a != a) else b      # a nan on either side wins, as in numpy.maximum
+    # A nan on either side wins, and of two equal values b is returned (-0.0 and 0.0), as in numpy.maximum.
+    return a if (a > b or a != a) else b
 
 
 def minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
 
 
 def sign(a):

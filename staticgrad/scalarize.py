@@ -26,7 +26,7 @@ MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 _UNARY = {
     "neg": "(-{0})", "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
     "sqrt": "sqrt({0})", "sin": "sin({0})", "cos": "cos({0})", "tanh": "tanh({0})", "abs": "abs({0})",
-    "square": "({0} * {0})", "relu": "max({0}, 0.0)", "stop_gradient": "{0}",
+    "square": "({0} * {0})", "relu": "({0} if not {0} <= 0.0 else 0.0)", "stop_gradient": "{0}",
     "sigmoid": "sigmoid({0})", "softplus": "softplus({0})", "sign": "sign({0})",
 }
 _BINARY = {
@@ -202,6 +202,10 @@ def _node(em, node, ins, shapes, nodes):
         return _atoms(node.value.shape, lambda k: _literal(node.value.reshape(-1)[k]))
     if op in _UNARY:
         return _elementwise(em, _UNARY[op], ins, shape)
+    if op == "pow" and all(e == "0.5" for e in np.asarray(ins[1]).reshape(-1)):
+        # numpy's power takes a scalar exponent of 0.5 for a square root: sqrt(-inf) is nan, sqrt(-0.0)
+        # is -0.0 (math.pow gives inf and 0.0); math.sqrt raises on negatives, and numpy's plan runs.
+        return _elementwise(em, "sqrt({0})", ins, shape)
     if op in _BINARY:
         return _elementwise(em, _BINARY[op], ins, shape)
     if op == "where":
@@ -272,14 +276,41 @@ def _matmul(em, a, b, shape):
     return out.reshape(shape)
 
 
+def _pairwise(terms):
+    """numpy's pairwise summation of ``terms`` (expressions) as one expression, in numpy's order of
+    additions: runs of fewer than 8 in order, up to 128 in 8 interleaved partial sums, more in halves."""
+    n = len(terms)
+    if n < 8:
+        return "(" + " + ".join(terms) + ")"
+    if n <= 128:
+        full = n - n % 8
+        r = ["(" + " + ".join(terms[j:full:8]) + ")" for j in range(8)]
+        head = f"((({r[0]} + {r[1]}) + ({r[2]} + {r[3]})) + (({r[4]} + {r[5]}) + ({r[6]} + {r[7]})))"
+        return "(" + " + ".join([head] + list(terms[full:])) + ")"
+    half = n // 2
+    half -= half % 8
+    return f"({_pairwise(terms[:half])} + {_pairwise(terms[half:])})"
+
+
 def _reduce(em, op, x, axes, keepdims):
+    # numpy's order of additions: from 0.0 (so -0.0 terms sum to +0.0), pairwise along the reduced axes
+    # when they are the innermost ones (size-1 axes aside), one after another when they are the outer.
+    kept_axes = [a for a in range(x.ndim) if a not in axes and x.shape[a] != 1]
+    summed = [a for a in axes if x.shape[a] != 1]
+    if not kept_axes or min(summed, default=x.ndim) > max(kept_axes):
+        add = _pairwise
+    elif max(summed) < min(kept_axes):
+        def add(terms):
+            return "(" + " + ".join(terms) + ")"
+    else:
+        raise Unsupported("a sum over axes between kept ones")
     moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
     kept = moved.shape[:x.ndim - len(axes)]
     n = math.prod(moved.shape[len(kept):])
     rows = moved.reshape(kept + (n,))
     out = np.empty(kept, dtype=object)
     for idx in np.ndindex(kept):
-        total = " + ".join(rows[idx]) if n else "0.0"
+        total = f"0.0 + {add(list(rows[idx]))}" if n else "0.0"
         out[idx] = em.assign(f"({total}) / {float(n)!r}" if op == "mean" else total)
     if keepdims:
         out = np.expand_dims(out, axes)
@@ -295,7 +326,8 @@ def _rowwise(em, op, x, axes, keepdims, shape):
     for idx in np.ndindex(moved.shape[:-1]):
         row = moved[idx]
         m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
-        m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
+        if op != "softmax":          # numpy's logsumexp makes an infinite max 0; its softmax does not
+            m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
         exps = [em.assign(f"exp({v} - {m})") for v in row]
         total = em.assign(" + ".join(exps))
         if op == "softmax":

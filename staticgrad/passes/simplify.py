@@ -152,10 +152,13 @@ def squeeze_expand(rw, node):
 
 
 def sum_size_one(rw, node):
-    """A sum or mean over axes of size 1 only -> x itself (keepdims) or x squeezed."""
+    """An integer sum or mean over axes of size 1 only -> x itself (keepdims) or x squeezed.
+
+    Not for floats: numpy's reduction starts from +0.0, so the sum of a single -0.0 is +0.0.
+    """
     (x,) = rw.inputs(node)
     axes = node.attrs["axis"]
-    if not axes or any(x.shape[a] != 1 for a in axes) or x.dtype != node.dtype:
+    if not axes or any(x.shape[a] != 1 for a in axes) or x.dtype != node.dtype or x.dtype.kind in "fc":
         return None
     if node.attrs["keepdims"]:
         return x
@@ -268,7 +271,7 @@ for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh
 
 def run(graph):
     """x+0, x-0, x*1, x/1, --x, transpose of transpose, reshape to the same shape, reshape of reshape,
-    sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b and
+    integer sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b and
     scalar broadcasts read directly. Each rewrite keeps the node's shape and dtype, and none turns a NaN
     or an infinity into a number (no x*0 -> 0, no x-x -> 0).
     """
