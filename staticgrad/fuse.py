@@ -16,7 +16,7 @@ from . import scalar_math
 # One scalar expression per op, over the operands' float64 values {0}, {1}, {2} (False/True as 0.0/1.0).
 SCALAR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "pow": "({0} ** {1})", "exp": "math.exp({0})", "log": "math.log({0})",
+    "neg": "(-{0})", "pow": "power({0}, {1})", "exp": "math.exp({0})", "log": "math.log({0})",
     "log1p": "math.log1p({0})", "expm1": "math.expm1({0})", "sqrt": "math.sqrt({0})",
     "sin": "math.sin({0})", "cos": "math.cos({0})", "tanh": "math.tanh({0})", "abs": "abs({0})",
     "square": "({0} * {0})", "sigmoid": "sigmoid({0})", "softplus": "softplus({0})",

@@ -21,6 +21,14 @@ def minimum(a, b):
     return a if (a < b or a != a) else b
 
 
+def power(a, b):
+    # numpy's power takes a square root for an exponent of 0.5: sqrt(-inf) is nan and sqrt(-0.0) is -0.0,
+    # where IEEE pow gives inf and 0.0 (the other results are the same).
+    if b == 0.5 and (a == 0.0 or a == -math.inf):
+        return a if a == 0.0 else math.nan
+    return a ** b
+
+
 def sign(a):
     if a > 0:
         return 1.0
@@ -29,4 +37,5 @@ def sign(a):
     return a    # 0.0, -0.0 and nan keep themselves, as numpy.sign does
 
 
-FUNCTIONS = {"sigmoid": sigmoid, "softplus": softplus, "maximum": maximum, "minimum": minimum, "sign": sign}
+FUNCTIONS = {"sigmoid": sigmoid, "softplus": softplus, "maximum": maximum, "minimum": minimum, "sign": sign,
+             "power": power}

@@ -172,3 +172,25 @@ def test_shallow_regions_stay_numpy_and_deep_ones_fuse():
     X = rng.uniform(-0.2, 0.2, 8192)
     assert_same(deep(X), sg.compile(outs, inputs=[xs])(X))
     assert deep.report().summary["fused_regions"] == 1
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: 1.0 / x ** 0.5, lambda x: 1.0 / sg.relu(x), lambda x: 1.0 / sg.maximum(x, 0.0),
+    lambda x: 1.0 / sg.minimum(x, -0.0), lambda x: 1.0 / sg.clip(x, 0.0, 1.0)],
+    ids=["1/x**0.5", "1/relu", "1/maximum", "1/minimum", "1/clip"])
+def test_signed_zeros_and_infinities_follow_numpy(build):
+    # numpy's maximum/minimum return the second operand of two equal zeros, and its power takes a square
+    # root for an exponent of 0.5 (sqrt(-inf) is nan, sqrt(-0.0) is -0.0): the fused loop must agree
+    x = sg.placeholder((24,), name="x")
+    h = x
+    for _ in range(4):
+        h = h * 0.5 + 0.25              # a region deep enough to fuse
+    outputs = [build(x), h]
+    X = np.tile([-np.inf, -0.0, 0.0, 4.0], 6)
+    with np.errstate(all="ignore"):
+        want = sg.compile(outputs, inputs=[x])(X)[0]
+        fused = sg.compile(outputs, inputs=[x], backend="numba")
+        got = fused(X)[0]
+    assert fused.report().summary["program"] != "numpy"
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(want[want == 0]))
