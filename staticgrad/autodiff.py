@@ -167,9 +167,9 @@ def _reverse_sweep_plain(y, wrt, seed, origin=None):
         step = {"node": node_id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
         sweep.append(step)
         opdef = REGISTRY.get(node.op)
-        if node.is_leaf or opdef is None or opdef.vjp is None:
-            continue
-        needed = [x.id in cone for x in node.inputs]
+        if node.is_leaf or opdef is None or opdef.vjp is None or node.dtype.kind not in "fc":
+            continue        # (an integer or boolean value carries no gradient: abs(x > 0) is a step)
+        needed = [x.id in cone and x.dtype.kind in "fc" for x in node.inputs]
         if not any(needed):
             continue
         adjoint_of, rule = _provenance(node, origin)

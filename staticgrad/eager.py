@@ -361,9 +361,9 @@ def _sweep(roots, seeds, create_graph, collect):
             if not node.inputs:
                 continue
             opdef = REGISTRY[node.op]
-            if opdef.vjp is None:
-                continue
-            needs = [x._requires_grad and type(x) is EagerTensor for x in node.inputs]
+            if opdef.vjp is None or node.dtype.kind not in "fc":
+                continue    # (an integer or boolean value carries no gradient, as in sg.grad)
+            needs = [x._requires_grad and type(x) is EagerTensor and x.dtype.kind in "fc" for x in node.inputs]
             if not any(needs):
                 continue
             with building(role="backward", adjoint_of=node, rule=node.op):

@@ -346,3 +346,16 @@ def test_grad_output_with_run_time_sizes_where_y_has_static_ones():
     assert g.shape == (1, 2)
     np.testing.assert_array_equal(sg.compile(g, inputs=[x, go])(np.ones((1, 2)), np.array([[1.0, 2.0]])),
                                   [[3.0, 6.0]])
+
+
+def test_no_gradient_flows_through_boolean_values():
+    # abs(x > 0) is a step function of x: its derivative is 0, and abs's rule must not run on booleans
+    from staticgrad import eager
+    x = sg.placeholder((2,), name="x", requires_grad=True)
+    f = lambda x: sg.sum(sg.abs(x > 0.0) * x)   # noqa: E731
+    (g,) = sg.grad(f(x), [x])
+    X = np.array([-1.0, 2.0])
+    np.testing.assert_array_equal(sg.compile(g, inputs=[x])(X), [0.0, 1.0])
+    e = eager.tensor(X, requires_grad=True)
+    f(e).backward()
+    np.testing.assert_array_equal(e.grad, [0.0, 1.0])
