@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 import staticgrad as sg
 from staticgrad import data, nn, optim
 
