@@ -5,8 +5,8 @@ The workloads, the numpy references, the peers and the measuring protocol live i
 benchmarks/ folder; this module finds it, sets up the environment, runs staticgrad in this process and
 each peer in its own process of the peers virtual environment (.venv-peers: torch, jax, pytensor are
 never dependencies of the package; without it, of this interpreter, for the peers installed here), then
-reports. Only the standard library is imported at module
-level: the CLI imports this module to build its parser.
+reports. Only the standard library is imported at module level: the CLI imports this module to build its
+parser.
 """
 from __future__ import annotations
 
