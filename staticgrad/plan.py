@@ -106,9 +106,17 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> Me
     plan.fixed_out = dict(fixed_out or {})
     # Views share their input's memory: a value's storage lives as long as any view of it.
     base = {}
+    # Values whose axes lie reordered in memory: a transpose, views of one, and the elementwise results
+    # numpy lays out like such an operand (they get no C-ordered out= buffer below, see ``usable``).
+    permuted = set()
     for i in order:
         node = nodes[i]
-        base[i] = base[node.inputs[0]] if (REGISTRY.get(node.op) and REGISTRY[node.op].has(VIEW)) else i
+        view = REGISTRY.get(node.op) and REGISTRY[node.op].has(VIEW)
+        base[i] = base[node.inputs[0]] if view else i
+        reads = any(j in permuted for j in node.inputs)
+        if ((view and (reads or (node.op == "transpose" and list(node.attrs["axes"]) != sorted(node.attrs["axes"]))))
+                or (reads and node.op in REGISTRY and REGISTRY[node.op].has(ELEMENTWISE) and inplace_safe(node.op))):
+            permuted.add(i)
     last = {}
     for step, i in enumerate(order):
         for j in nodes[i].inputs:
@@ -150,7 +158,10 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> Me
         key = (tuple(shapes[i]), node.dtype.str)     # dtype.str: hashing dtype objects is slow
         dying = [b for b in dying_at.get(step, ()) if b in plan.slot]
         elementwise = REGISTRY[node.op].has(ELEMENTWISE) and inplace_safe(node.op)
-        usable = enable and i not in escaping and accepts_out(node.op)
+        # numpy lays a fresh elementwise result out like its operands (order "K"); an out= buffer is
+        # C-ordered. For an operand with reordered axes that changes the order a later reduction adds in.
+        usable = (enable and i not in escaping and accepts_out(node.op)
+                  and not (elementwise and any(j in permuted for j in node.inputs)))
         if usable and elementwise:
             # An operand that dies here can take the result in place (ufuncs handle exact overlap).
             for b in dying:

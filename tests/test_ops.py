@@ -404,3 +404,14 @@ def test_clip_with_crossed_bounds_sends_every_gradient_to_the_upper_bound():
     gx, glo, ghi = sg.compile(grads, inputs=[x, lo, hi])(np.array([0.5, 3.0, -1.0]), 0.0, 1.0)
     np.testing.assert_array_equal(gx, [1.0, 0.0, 0.0])
     assert (glo, ghi) == (1.0, 1.0)
+
+
+def test_softmax_and_logsumexp_over_an_empty_axis():
+    # numpy's max of nothing raises; the sum of exp of nothing is 0, whose log is -inf
+    y = sg.placeholder((4, None), name="y", requires_grad=True)
+    fn = sg.compile([sg.softmax(y), sg.log_softmax(y), sg.logsumexp(y, axis=1)], inputs=[y])
+    s, ls, lse = fn(np.zeros((4, 0)))
+    assert s.shape == ls.shape == (4, 0)
+    np.testing.assert_array_equal(lse, np.full(4, -np.inf))
+    (g,) = sg.grad(sg.sum(sg.softmax(y)), [y])
+    assert sg.compile(g, inputs=[y])(np.zeros((4, 0))).shape == (4, 0)

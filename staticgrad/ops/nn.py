@@ -13,7 +13,8 @@ from .shape import op_axes
 
 
 def _softmax_kernel(x, axis):
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    # initial=-inf: an empty axis has no max, and its softmax is empty (the same values otherwise)
+    e = np.exp(x - np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf))
     return e / np.sum(e, axis=axis, keepdims=True)
 
 

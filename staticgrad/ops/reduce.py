@@ -69,7 +69,7 @@ def _mean_kernel(x, axis, keepdims):
 
 
 def _logsumexp_kernel(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    m = np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf)    # over nothing: log(0) = -inf
     m = np.where(np.isfinite(m), m, 0)
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
