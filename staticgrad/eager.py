@@ -354,8 +354,9 @@ def _sweep(roots, seeds, create_graph, collect):
             if g is None:
                 continue
             if collect is not None:
-                if back.get(node.id, node.id) in collect:
-                    found[back.get(node.id, node.id)] = g
+                asked = back.get(node.id, node.id)       # the tensor asked for, if a twin stands in for it
+                if asked in collect:
+                    found[asked] = g
             elif not node.inputs:
                 _accumulate_leaf(node, g, create_graph, taken)
             if not node.inputs:

@@ -71,6 +71,11 @@ def inplace_safe(op) -> bool:
     return elementwise_ufunc(kernel) or getattr(kernel, "inplace_safe", False)
 
 
+def _single_pass(op) -> bool:
+    """An elementwise op whose kernel may write over its own operands."""
+    return op in REGISTRY and REGISTRY[op].has(ELEMENTWISE) and inplace_safe(op)
+
+
 def accepts_out(op) -> bool:
     kernel = REGISTRY[op].kernel
     return isinstance(kernel, np.ufunc) or op in REDUCTIONS_WITH_OUT or getattr(kernel, "accepts_out", False)
@@ -113,9 +118,10 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> Me
         node = nodes[i]
         view = REGISTRY.get(node.op) and REGISTRY[node.op].has(VIEW)
         base[i] = base[node.inputs[0]] if view else i
-        reads = any(j in permuted for j in node.inputs)
-        if ((view and (reads or (node.op == "transpose" and list(node.attrs["axes"]) != sorted(node.attrs["axes"]))))
-                or (reads and node.op in REGISTRY and REGISTRY[node.op].has(ELEMENTWISE) and inplace_safe(node.op))):
+        if any(j in permuted for j in node.inputs):
+            if view or _single_pass(node.op):
+                permuted.add(i)
+        elif node.op == "transpose" and list(node.attrs["axes"]) != sorted(node.attrs["axes"]):
             permuted.add(i)
     last = {}
     for step, i in enumerate(order):
@@ -157,7 +163,7 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> Me
         plan.peak_unplanned += size
         key = (tuple(shapes[i]), node.dtype.str)     # dtype.str: hashing dtype objects is slow
         dying = [b for b in dying_at.get(step, ()) if b in plan.slot]
-        elementwise = REGISTRY[node.op].has(ELEMENTWISE) and inplace_safe(node.op)
+        elementwise = _single_pass(node.op)
         # numpy lays a fresh elementwise result out like its operands (order "K"); an out= buffer is
         # C-ordered. For an operand with reordered axes that changes the order a later reduction adds in.
         usable = (enable and i not in escaping and accepts_out(node.op)

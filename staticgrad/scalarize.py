@@ -292,18 +292,25 @@ def _pairwise(terms):
     return f"({_pairwise(terms[:half])} + {_pairwise(terms[half:])})"
 
 
+def _in_order(terms):
+    return "(" + " + ".join(terms) + ")"
+
+
+def _summation(shape, axes):
+    """How numpy adds along ``axes`` of a C-ordered array of ``shape``: pairwise when they are the
+    innermost axes (size-1 axes aside), one after another when they are the outer ones."""
+    kept = [a for a in range(len(shape)) if a not in axes and shape[a] != 1]
+    summed = [a for a in axes if shape[a] != 1]
+    if not kept or min(summed, default=len(shape)) > max(kept):
+        return _pairwise
+    if max(summed) < min(kept):
+        return _in_order
+    raise Unsupported("a sum over axes between kept ones")
+
+
 def _reduce(em, op, x, axes, keepdims):
-    # numpy's order of additions: from 0.0 (so -0.0 terms sum to +0.0), pairwise along the reduced axes
-    # when they are the innermost ones (size-1 axes aside), one after another when they are the outer.
-    kept_axes = [a for a in range(x.ndim) if a not in axes and x.shape[a] != 1]
-    summed = [a for a in axes if x.shape[a] != 1]
-    if not kept_axes or min(summed, default=x.ndim) > max(kept_axes):
-        add = _pairwise
-    elif max(summed) < min(kept_axes):
-        def add(terms):
-            return "(" + " + ".join(terms) + ")"
-    else:
-        raise Unsupported("a sum over axes between kept ones")
+    # From 0.0, as numpy's reduction starts (so -0.0 terms sum to +0.0), in numpy's order of additions.
+    add = _summation(x.shape, axes)
     moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
     kept = moved.shape[:x.ndim - len(axes)]
     n = math.prod(moved.shape[len(kept):])
@@ -321,6 +328,7 @@ def _rowwise(em, op, x, axes, keepdims, shape):
     (axis,) = axes if len(axes) == 1 else (None,)
     if axis is None:
         raise Unsupported(f"{op} over several axes")
+    add = _summation(x.shape, (axis,))
     moved = np.moveaxis(x, axis, -1)
     out = np.empty(moved.shape if op != "logsumexp" else moved.shape[:-1], dtype=object)
     for idx in np.ndindex(moved.shape[:-1]):
@@ -329,7 +337,7 @@ def _rowwise(em, op, x, axes, keepdims, shape):
         if op != "softmax":          # numpy's logsumexp makes an infinite max 0; its softmax does not
             m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
         exps = [em.assign(f"exp({v} - {m})") for v in row]
-        total = em.assign(" + ".join(exps))
+        total = em.assign(f"0.0 + {add(exps)}")
         if op == "softmax":
             out[idx] = [em.assign(f"{e} / {total}") for e in exps]
         elif op == "log_softmax":
