@@ -181,8 +181,19 @@ def softmax_cross_entropy(logits, labels):
 
 
 def accuracy(logits, labels):
-    """Fraction of rows whose largest logit is the label (numpy arrays in, float out; for evaluation)."""
+    """Fraction of examples classified right (numpy arrays in, float out; for evaluation).
+
+    Binary, one logit per example: ``logits`` of the labels' shape, or with one more axis of size 1
+    (an (N, 1) output against (N,) labels); a logit above 0 predicts label 1. Multi-class: ``logits``
+    has one more axis than ``labels`` (integer classes), and the largest logit is the prediction.
+    """
     logits, labels = np.asarray(logits), np.asarray(labels)
-    if logits.ndim == labels.ndim:           # one logit per example: a binary classifier
+    if logits.shape[:-1] == labels.shape and logits.ndim and logits.shape[-1] == 1:
+        logits = logits[..., 0]
+    if logits.shape == labels.shape:
         return float(np.mean((logits > 0) == (labels > 0.5)))
-    return float(np.mean(np.argmax(logits, axis=-1) == labels))
+    if logits.ndim and logits.shape[:-1] == labels.shape:
+        return float(np.mean(np.argmax(logits, axis=-1) == labels))
+    raise ValueError(f"accuracy: logits of shape {logits.shape} do not fit labels of shape {labels.shape}; "
+                     f"give logits of the labels' shape (binary), with one more axis of size 1 (binary), "
+                     f"or with one more axis holding the classes")

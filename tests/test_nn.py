@@ -151,3 +151,13 @@ def test_softmax_cross_entropy_loss(rng):
 def test_accuracy_helper():
     assert nn.accuracy(np.array([[0.1, 2.0], [3.0, 1.0]]), np.array([1, 1])) == 0.5
     assert nn.accuracy(np.array([-1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.0])) == pytest.approx(2 / 3)
+
+
+def test_accuracy_of_a_one_column_output_is_binary():
+    logits, labels = np.array([[2.0], [-2.0], [3.0], [-1.0]]), np.array([1.0, 0.0, 1.0, 1.0])
+    assert nn.accuracy(logits, labels) == pytest.approx(3 / 4)
+    assert nn.accuracy(logits, labels[:, None]) == pytest.approx(3 / 4)
+    with pytest.raises(ValueError, match=r"accuracy: logits of shape \(4,\) do not fit labels of shape \(4, 1\)"):
+        nn.accuracy(logits[:, 0], labels[:, None])
+    with pytest.raises(ValueError, match="accuracy"):
+        nn.accuracy(np.zeros((4, 3)), np.zeros(5))
