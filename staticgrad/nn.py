@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-from .tensor import Tensor, parameter
+from .tensor import ShapeError, Tensor, format_shape, parameter, user_frame
 
 
 # ------------------------------------------------------------------ initializers
@@ -165,13 +165,26 @@ class Sequential(Module):
 
 
 # ------------------------------------------------------------------ losses (means over the batch)
+def _check_pairs(loss, what, first, second):
+    # An elementwise loss must pair examples up: (N, 1) against (N,) would broadcast to N x N and
+    # silently average the wrong numbers, so any difference is refused (None matches any size).
+    a, b = (x.shape if isinstance(x, Tensor) else np.shape(x) for x in (first, second))
+    if len(a) != len(b) or any(m is not None and n is not None and m != n for m, n in zip(a, b)):
+        raise ShapeError(f"{loss}: {what[0]} of shape {format_shape(a)} and {what[1]} of shape {format_shape(b)} "
+                         f"must have the same shape, they would broadcast instead of pairing up element by "
+                         f"element (reshape one, e.g. sg.reshape(x, (-1,))) (at {user_frame()})")
+
+
 def mse(prediction, target):
-    """Mean of squared differences."""
+    """Mean of squared differences; ``prediction`` and ``target`` must have the same shape."""
+    _check_pairs("mse", ("prediction", "target"), prediction, target)
     return ops.mean(ops.square(prediction - target))
 
 
 def binary_cross_entropy_with_logits(logits, targets):
-    """Mean of -t log sigmoid(z) - (1-t) log(1 - sigmoid(z)), written stably as softplus(z) - t*z."""
+    """Mean of -t log sigmoid(z) - (1-t) log(1 - sigmoid(z)), written stably as softplus(z) - t*z.
+    ``logits`` and ``targets`` must have the same shape."""
+    _check_pairs("binary_cross_entropy_with_logits", ("logits", "targets"), logits, targets)
     return ops.mean(ops.softplus(logits) - targets * logits)
 
 

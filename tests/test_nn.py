@@ -161,3 +161,17 @@ def test_accuracy_of_a_one_column_output_is_binary():
         nn.accuracy(logits[:, 0], labels[:, None])
     with pytest.raises(ValueError, match="accuracy"):
         nn.accuracy(np.zeros((4, 3)), np.zeros(5))
+
+
+@pytest.mark.parametrize("loss, what", [(nn.mse, "prediction"), (nn.binary_cross_entropy_with_logits, "logits")])
+def test_elementwise_losses_refuse_shapes_that_would_broadcast(loss, what):
+    out, t = sg.placeholder((None, 1)), sg.placeholder((None,))
+    with pytest.raises(sg.ShapeError) as info:
+        loss(out, t)                                     # the line the error must name
+    line = info.traceback[0].lineno + 1                  # pytest counts lines from 0
+    message = str(info.value)
+    assert message.startswith(loss.__name__ + ": ") and f"{what} of shape (None, 1)" in message
+    assert "(None,)" in message and f"test_nn.py:{line}" in message
+    with pytest.raises(sg.ShapeError):
+        loss(sg.placeholder((3,)), np.zeros(4))
+    loss(sg.placeholder((None, 2)), sg.placeholder((5, None)))     # None matches any size
