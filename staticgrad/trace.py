@@ -144,7 +144,11 @@ def run_values(target, feeds):
         base = target
     else:
         base = target._unoptimized if target._unoptimized is not None else target.ir
-    tensors = tensor_closure(base)
+    # A loaded graph keeps the file's node ids while its leaves are fresh tensors with ids of this
+    # process, so both kinds of ids can name different things: such a graph is run on its own (it
+    # records no backward sweep to widen it with).
+    keyed_by_tensor = all(n.tensor is None or n.tensor.id == n.id for n in base.nodes.values())
+    tensors = tensor_closure(base) if keyed_by_tensor else {}
     if tensors:
         roots = sorted(tensors.values(), key=lambda t: t.id)
         values = evaluate(Graph.from_tensors(roots), fed)
@@ -284,7 +288,6 @@ def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     """
     if not isinstance(fn, Function):
         raise TypeError(f"trace: expected a compiled function (sg.compile), got {type(fn).__name__}")
-    values, tensors = run_values(fn, feeds)
     base = fn._unoptimized if fn._unoptimized is not None else fn.ir
     found = sweeps_of(base)
     if not found and fn._unoptimized is None:
@@ -293,6 +296,7 @@ def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     if not found:
         raise ValueError("trace: this function has no gradient made by sg.grad among its outputs or updates, "
                          "so there is no backward sweep to show")
+    values, tensors = run_values(fn, feeds)
     sweeps, titles = [], []
     for steps, wrt in found:
         y = tensors.get(steps[0]["node"]) if steps else None

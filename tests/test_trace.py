@@ -144,3 +144,26 @@ def test_evaluate_and_format_value():
     assert format_value(np.array([1.0, 2.5])) == "[1, 2.5]"
     assert format_value(np.array([[1.0, 2.0], [3.0, 4.0]])) == "[[1, 2], [3, 4]]"
     assert format_value(np.arange(100.0)).startswith("(100,) float64 mean 49.5 min 0 max 99")
+
+
+def test_values_of_a_function_loaded_in_a_fresh_process(tmp_path, monkeypatch):
+    import itertools
+
+    from staticgrad import tensor as tensor_module
+    from staticgrad.trace import run_values
+    # Each fresh process numbers its tensors from 0: the one that saves and the one that loads.
+    monkeypatch.setattr(tensor_module, "_ids", itertools.count())
+    x, W = sg.placeholder((None,), name="x"), sg.parameter(np.array([2.0, 3.0]), name="W")
+    y = sg.exp(x) * W + 1.0
+    sg.save(sg.compile([y, sg.sum(y * y)], inputs=[x], optimize=False), tmp_path / "f.npz")
+    monkeypatch.setattr(tensor_module, "_ids", itertools.count())
+    f = sg.load(tmp_path / "f.npz")
+    X = np.array([0.0, 1.0])
+    values, _ = run_values(f, {"x": X})
+    assert all(values[i] is not None for i in f.ir.nodes)
+    for i, expected in zip(f.ir.outputs, f(X)):
+        np.testing.assert_allclose(values[i], expected, rtol=1e-12)
+    picture = sg.to_dot(f, feeds={"x": X}).to_string()
+    assert "= ?" not in picture and "= [3, 9.155]" in picture
+    with pytest.raises(ValueError, match="loaded graph"):
+        trace(f, {"x": X})
