@@ -8,6 +8,7 @@ Loading treats the file as untrusted: every op must be a registered op, every at
 to a plain value (numbers, strings, tuples, slices, numeric dtypes, small integer arrays), attribute
 keys must be identifiers and texts must be printable on one line, because the loaded graph is turned
 into generated Python source. Anything else raises :class:`LoadError` before any code is generated.
+Saving refuses the same texts (a ValueError naming the text) before it writes anything.
 """
 from __future__ import annotations
 
@@ -188,9 +189,20 @@ def _dumps(value, indent=""):
     return json.dumps(value, allow_nan=False)
 
 
-def _text(value, what):
+def _one_line(value) -> bool:
+    # Loading writes these texts into comments of generated source: a newline there could smuggle in
+    # code, so saving and loading accept the same printable one-line strings of bounded length.
+    return isinstance(value, str) and len(value) <= MAX_TEXT and value.isprintable()
+
+
+def _text(value, what, one_line=True):
     if value is not None and not isinstance(value, str):
         raise TypeError(f"save: {what} must be a string, got {value!r:.80}")
+    if value is not None and one_line and not _one_line(value):
+        raise ValueError(f"save: {what} {value[:80]!r}{'...' if len(value) > 80 else ''} ({len(value)} characters) "
+                         f"cannot be stored: names, scopes and sources must be printable one-line strings of at "
+                         f"most {MAX_TEXT} characters (no tab, newline or control character), because loading "
+                         f"writes them into the generated code; rename it")
     return value
 
 
@@ -229,8 +241,10 @@ def _encode_function(fn, label, tables):
         entry = {"id": node.id, "op": node.op, "inputs": list(node.inputs),
                  "attrs": {k: encode_attr(v, f"{where} {k!r}") for k, v in node.attrs.items()},
                  "shape": list(node.shape), "dtype": _dtype_name(node.dtype, where),
-                 "name": _text(node.name, "a node name"), "role": node.role, "source": _text(node.source, "source"),
-                 "scope": _text(node.scope, "scope"), "adjoint_of": node.adjoint_of, "rule": node.rule,
+                 "name": _text(node.name, f"the name of {node.op} node {node.id}"), "role": node.role,
+                 "source": _text(node.source, f"the source of {node.op} node {node.id}"),
+                 "scope": _text(node.scope, f"the scope of {node.op} node {node.id}"),
+                 "adjoint_of": node.adjoint_of, "rule": node.rule,
                  "requires_grad": bool(node.requires_grad)}
         if node.op == "parameter":
             entry["ref"] = tables.param(node.tensor)
@@ -241,8 +255,8 @@ def _encode_function(fn, label, tables):
             tables.arrays[key] = np.asarray(node.value)
             entry["value"] = key
         nodes.append(entry)
-    return {"single": bool(fn._single), "inputs": list(graph.inputs), "outputs": list(graph.outputs),
-            "updates": [[p, e] for p, e in graph.updates], "nodes": nodes}
+    return {"single": bool(fn._single), "inputs": list(graph.inputs), "positional": bool(fn._positional),
+            "outputs": list(graph.outputs), "updates": [[p, e] for p, e in graph.updates], "nodes": nodes}
 
 
 def save(fn, path):
@@ -300,8 +314,7 @@ def _read_zip(path, text_member, expected_format):
 def _check_text(value, what, optional=True):
     if value is None and optional:
         return None
-    if not isinstance(value, str) or len(value) > MAX_TEXT or not (value.isprintable() or value == ""):
-        # The text ends up in comments of generated source: a newline there could smuggle in code.
+    if not _one_line(value):
         raise LoadError(f"{what} must be a printable one-line string, got {value!r:.80}")
     return value
 
@@ -396,6 +409,8 @@ def _decode_function(doc, arrays, params, holders) -> Function:
         node = _decode_node(entry, nodes, arrays, params, holders)
         nodes[node.id] = node
     outputs, updates, inputs, single = (doc.get(k) for k in ("outputs", "updates", "inputs", "single"))
+    positional = doc.get("positional", True)     # files written before the flag existed fed positionally
+    _expect(isinstance(positional, bool), "bad 'positional' flag")
     _expect(isinstance(outputs, list) and all(type(i) is int and i in nodes for i in outputs), "bad outputs")
     _expect(isinstance(single, bool) and (not single or len(outputs) == 1), "bad 'single' flag")
     _expect(isinstance(inputs, list) and len(set(map(str, inputs))) == len(inputs) and
@@ -411,7 +426,7 @@ def _decode_function(doc, arrays, params, holders) -> Function:
     _expect(not missing, f"placeholders {missing} are used but not inputs")
     graph = Graph(nodes, outputs, [tuple(p) for p in updates], inputs)
     try:
-        return link(graph, single, rows=())
+        return link(graph, single, rows=(), positional=positional)
     except (SyntaxError, KeyError, TypeError, ValueError) as err:
         raise LoadError(f"the loaded graph could not be linked: {type(err).__name__}: {err}") from err
 
@@ -454,7 +469,7 @@ def save_parameters(target, path):
         if not isinstance(p, Tensor) or p.op != "parameter":
             raise TypeError(f"save_parameters: {key!r} is not a parameter: {p!r}")
         arrays[f"a{k}"] = p.value
-        entries.append({"key": key, "name": _text(p.name, "a parameter name"), "array": f"a{k}",
+        entries.append({"key": key, "name": _text(p.name, "a parameter name", one_line=False), "array": f"a{k}",
                         "shape": list(p.shape), "dtype": _dtype_name(p.dtype)})
     return _write_zip(path, CHECKPOINT_MEMBER, {"format": CHECKPOINT_FORMAT, "version": VERSION,
                                                 "parameters": entries}, arrays)

@@ -2,6 +2,7 @@
 import builtins
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -305,3 +306,21 @@ def test_a_loaded_function_lists_its_parameters(tmp_path):
     names = [p.name for p in loaded.parameters()]
     assert names == ["W", "b"] and all(p is not q for p, q in zip(loaded.parameters(), [W, b]))
     np.testing.assert_array_equal(loaded.parameters()[0].value, W.value)
+
+
+@pytest.mark.parametrize("name", ["tab\there", "new\nline", "nul\x00", "x" * 5000])
+def test_a_name_load_would_refuse_is_refused_at_save(tmp_path, name):
+    x = sg.placeholder((2,), name="x")
+    W = sg.parameter(np.ones(2), name=name)
+    with pytest.raises(ValueError, match="save: the name of parameter node .*" + re.escape(repr(name[:20])[:-1])) as info:
+        sgio.save(sg.compile(x * W, inputs=[x]), tmp_path / "f.npz")
+    assert not isinstance(info.value, LoadError)
+    with pytest.raises(ValueError, match="printable one-line"):
+        sgio.save(sg.compile(sg.placeholder((2,), name=name) * 2.0), tmp_path / "f.npz")
+    with sg.name_scope(name):
+        y = x * 3.0
+    with pytest.raises(ValueError, match="the scope of (constant|mul) node"):
+        sgio.save(sg.compile(y, inputs=[x]), tmp_path / "f.npz")
+    assert not list(tmp_path.iterdir())                # refused before anything was written
+    sgio.save_parameters([W], tmp_path / "w.npz")       # a checkpoint's names never reach generated code
+    sgio.load_parameters([W], tmp_path / "w.npz")
