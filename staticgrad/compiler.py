@@ -66,6 +66,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
             raise TypeError(f"compile: outputs must be tensors, got {type(o).__name__} (at {source})")
     pairs = _normalize_updates(updates, source)
     needed = _placeholders(outs + [e for _, e in pairs])
+    positional = inputs is not None
     if inputs is None:
         inputs = needed
     else:
@@ -89,15 +90,16 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
         pipeline = passes_mod.DEFAULT if passes is None else passes
         graph, rows = passes_mod.run_pipeline(graph, pipeline, lazy_costs=True)
         graph.assign_roles()
-    return link(graph, single, rows, unoptimized, backend=backend)
+    return link(graph, single, rows, unoptimized, backend=backend, positional=positional)
 
 
-def link(graph, single=False, rows=(), unoptimized=None, backend="numpy") -> Function:
+def link(graph, single=False, rows=(), unoptimized=None, backend="numpy", positional=True) -> Function:
     """A callable for an already optimized graph whose leaf nodes carry their tensors (``node.tensor``).
 
-    ``sg.load`` comes in here too, with a graph rebuilt from a file.
+    ``sg.load`` comes in here too, with a graph rebuilt from a file. ``positional=False`` (compiled with
+    ``inputs=None``) takes feeds by dict or name only: the order of ``graph.inputs`` is not the user's.
     """
-    return Function(graph, single, list(rows), unoptimized, backend=backend)
+    return Function(graph, single, list(rows), unoptimized, backend=backend, positional=positional)
 
 
 def schedule(graph) -> list:

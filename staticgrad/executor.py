@@ -137,12 +137,15 @@ class Function:
 
     MAX_PLANS = 32
 
-    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True, scalar=True, backend="numpy"):
+    def __init__(self, ir, single, rows, unoptimized=None, memory_planning=True, scalar=True, backend="numpy",
+                 positional=True):
         from .compiler import schedule
         self.ir = ir                       # the optimized staticgrad.graph.Graph
         self._order = schedule(ir)
         self._param_ids = [i for i in self._order if ir.nodes[i].op == "parameter"]
         self._single = single
+        # With inputs=None the order of several placeholders is not the user's: dict or names only.
+        self._positional = positional or len(ir.inputs) <= 1
         self._inputs = [ir.nodes[i] for i in ir.inputs]
         self._dtypes = [n.dtype for n in self._inputs]
         self._by_key = {}
@@ -170,7 +173,7 @@ class Function:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)):
+        if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)) or not self._positional:
             return self._call(self._feeds(args, kwargs))
         return self._fast(*args)
 
@@ -271,6 +274,10 @@ class Function:
             if args:
                 raise FeedError("give the feeds either positionally or by name, not both")
             return self._feeds_from_dict(kwargs)
+        if args and not self._positional:
+            names = ", ".join(repr(n.label()) for n in inputs)
+            raise FeedError(f"this function was compiled with inputs=None: feed its placeholders ({names}) "
+                            "by dict or by name, or compile with inputs=[...] to fix a positional order")
         if len(args) != len(inputs):
             names = ", ".join(repr(n.label()) for n in inputs)
             missing = "; ".join(f"missing feed for placeholder {n.label()!r} (expected shape {format_shape(n.shape)}, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import os
 import sys
 from contextlib import contextmanager
@@ -209,10 +210,16 @@ class Tensor:
 
 def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tensor:
     """A value fed at each call. ``None`` in ``shape`` means any size."""
-    shape = tuple(None if d is None else int(d) for d in shape)
+    try:
+        shape = tuple(None if d is None else operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"placeholder {name!r}: sizes must be integers or None, got {shape!r} "
+                        f"(at {user_frame()})") from None
     if any(d is not None and d < 0 for d in shape):
-        raise ShapeError(f"placeholder {name!r}: negative size in shape {format_shape(shape)}")
+        raise ShapeError(f"placeholder {name!r}: negative size in shape {format_shape(shape)} (at {user_frame()})")
     dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(f"placeholder {name!r}: expected a numeric dtype, got {dtype} (at {user_frame()})")
     if requires_grad and dtype.kind not in "fc":
         raise GradError(f"placeholder {name!r}: only floating tensors can require grad, not {dtype}")
     return Tensor("placeholder", shape=shape, dtype=dtype, name=name, requires_grad=requires_grad)

@@ -46,6 +46,21 @@ def test_inputs_none_feeds_every_placeholder_by_dict(rng):
     z = sg.placeholder((), name="z")
     fn = sg.compile(sg.sum(x) * z)
     assert float(fn({"x": np.ones(4), z: 2.0})) == 8.0
+    assert float(fn(x=np.ones(4), z=2.0)) == 8.0
+    # Several placeholders have no order the user gave: positional feeds would be a guess.
+    with pytest.raises(sg.FeedError, match=r"compiled with inputs=None: feed its placeholders \('x', 'z'\)"):
+        fn(np.ones(4), 2.0)
+    one = sg.compile(sg.sum(x))         # one placeholder: its position is not in doubt
+    assert float(one(np.ones(3))) == 3.0
+
+
+def test_inputs_none_stays_dict_only_after_save_and_load(tmp_path):
+    a, b = sg.placeholder((2,), name="a"), sg.placeholder((2,), name="b")
+    sg.save(sg.compile(b - a), tmp_path / "f.npz")
+    fn = sg.load(tmp_path / "f.npz")
+    assert fn({"a": np.zeros(2), "b": np.ones(2)}).tolist() == [1.0, 1.0]
+    with pytest.raises(sg.FeedError, match="inputs=None"):
+        fn(np.zeros(2), np.ones(2))
 
 
 def test_feeds_convert_lists_and_compatible_dtypes(xt):

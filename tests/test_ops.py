@@ -327,6 +327,32 @@ def test_shape_error_names_op_shapes_and_line(op, shapes, make):
     assert f"{THIS_FILE}:{make.__code__.co_firstlineno}" in message, message
 
 
+TYPE_ERRORS = [
+    ("sum", lambda: sg.sum(_ph(2, 3), axis=1.5)),
+    ("sum", lambda: sg.sum(_ph(2, 3), axis="0")),
+    ("softmax", lambda: sg.softmax(_ph(2, 3), axis=True)),
+    ("reshape", lambda: sg.reshape(_ph(2, 3), ("a", 3))),
+    ("reshape", lambda: _ph(2, 3).reshape(6.0)),
+    ("transpose", lambda: sg.transpose(_ph(2, 3), (1.0, 0.0))),
+]
+
+
+@pytest.mark.parametrize("op, make", TYPE_ERRORS, ids=[f"{c[0]}-{k}" for k, c in enumerate(TYPE_ERRORS)])
+def test_arguments_numpy_refuses_are_type_errors_naming_op_and_line(op, make):
+    # Like numpy, floats, strings and bools are not axes or sizes; the error names the op and the line.
+    with pytest.raises(TypeError) as info:
+        make()
+    message = str(info.value)
+    assert message.startswith(op + ":") and f"{THIS_FILE}:{make.__code__.co_firstlineno}" in message, message
+
+
+def test_empty_concatenate_and_1d_matmul_messages_point_at_the_user():
+    with pytest.raises(ValueError, match=rf"concatenate: need at least one tensor \(at {THIS_FILE}:\d+"):
+        sg.concatenate([])
+    with pytest.raises(sg.ShapeError, match=r"2 \(the only axis of the second\)"):
+        _ph(3) @ _ph(2)
+
+
 def test_shape_errors_are_value_errors():
     with pytest.raises(ValueError):
         _ph(3) + _ph(4)

@@ -31,6 +31,11 @@ def test_placeholder_errors():
         sg.placeholder((-1, 3))
     with pytest.raises(ValueError):
         sg.placeholder((3,), dtype="int64", requires_grad=True)    # integers have no gradient
+    for dtype in (object, "str", "datetime64[s]"):                 # refused here, not at the first op
+        with pytest.raises(TypeError, match=r"placeholder 'p': expected a numeric dtype.*test_tensor.py:\d+"):
+            sg.placeholder((2,), dtype=dtype, name="p")
+    with pytest.raises(TypeError, match="placeholder 'q': sizes must be integers"):
+        sg.placeholder((2.5,), name="q")
 
 
 def test_parameter_copies_its_value_and_requires_grad():

@@ -18,7 +18,8 @@ def _matmul_spec(inputs):
     k_a, k_b = a_shape[-1], b_shape[-2]
     if k_a is not None and k_b is not None and k_a != k_b:
         raise ShapeError(f"shapes {format_shape(a.shape)} and {format_shape(b.shape)} are not aligned: "
-                         f"{k_a} (last axis of the first) != {k_b} (axis -2 of the second)")
+                         f"{k_a} (last axis of the first) != {k_b} "
+                         f"({'the only axis' if b.ndim == 1 else 'axis -2'} of the second)")
     try:
         batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ShapeError:

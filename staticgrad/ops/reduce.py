@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape
+from ..tensor import ShapeError, format_shape, user_frame
 from .elementwise import cast, equal, exp
-from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype, normalize_axis
+from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype
 from .shape import op_axes
 
 
@@ -91,13 +91,10 @@ defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsumexp_vjp)
 def _reduction(name):
     def fn(x, axis=None, keepdims=False):
         (x,) = coerce(x)
-        try:
-            axes = normalize_axis(axis, x.ndim)
-        except ShapeError as err:
-            from ..tensor import user_frame
-            raise ShapeError(f"{name}: {err} (at {user_frame()})") from None
+        axes = op_axes(name, axis, x.ndim)
         if name in ("max", "min") and any(x.shape[a] == 0 for a in axes):
-            raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name}")
+            raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name} "
+                             f"(at {user_frame()})")
         return apply(name, (x,), {"axis": axes, "keepdims": bool(keepdims)})
     fn.__name__ = name
     fn.__doc__ = f"numpy.{name} over ``axis`` (None: all axes)."
@@ -178,7 +175,7 @@ defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand
 def expand_dims(x, axis):
     """Insert size-1 axes at ``axis`` (positions in the result, like numpy.expand_dims)."""
     (x,) = coerce(x)
-    axes = op_axes("expand_dims", axis, x.ndim + (1 if isinstance(axis, int) else len(axis)))
+    axes = op_axes("expand_dims", axis, x.ndim + (len(axis) if isinstance(axis, (tuple, list)) else 1))
     return apply("expand_dims", (x,), {"axis": axes})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import operator
 import warnings
 
 import numpy as np
@@ -67,8 +68,10 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     source = source or user_frame()
     try:
         shape, dtype = opdef.infer(inputs, **attrs)
-    except ShapeError as err:
-        raise ShapeError(f"{name}: {err} (at {source})") from None
+    except (ShapeError, TypeError) as err:
+        # numpy's own dtype refusals (a text placeholder in arithmetic) too: name the op and the line.
+        kind = ShapeError if isinstance(err, ShapeError) else TypeError
+        raise kind(f"{name}: {err} (at {source})") from None
     return Tensor(name, inputs, attrs, shape, dtype, source=source)
 
 
@@ -139,14 +142,23 @@ def same_spec(inputs, **attrs):
     return inputs[0].shape, inputs[0].dtype
 
 
+def integers(values, what):
+    """``values`` as a tuple of ints. Like numpy, floats, strings and bools are not sizes or axes."""
+    try:
+        if any(isinstance(v, (bool, np.bool_)) for v in values):
+            raise TypeError
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError(f"{what} must be integers, got {values!r}") from None
+
+
 def normalize_axis(axis, ndim, op="reduce"):
     """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = integers(tuple(axis) if isinstance(axis, (tuple, list)) else (axis,), "axis")
     out = []
     for a in axes:
-        a = int(a)
         if not -ndim <= a < ndim:
             raise ShapeError(f"axis {a} is out of range for a tensor of rank {ndim}")
         out.append(a % ndim)

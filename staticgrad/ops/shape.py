@@ -3,17 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape
-from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, normalize_axis
+from ..tensor import ShapeError, format_shape, user_frame
+from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, integers, normalize_axis
 
 
 def op_axes(op, axis, ndim):
     """normalize_axis, failing with the op's name and the user's line like every build-time error."""
+    return at_user_line(op, normalize_axis, axis, ndim)
+
+
+def at_user_line(op, check, *args):
+    """``check(*args)``; a ShapeError or TypeError it raises names the op and the user's line."""
     try:
-        return normalize_axis(axis, ndim)
-    except ShapeError as err:
-        from ..tensor import user_frame
-        raise ShapeError(f"{op}: {err} (at {user_frame()})") from None
+        return check(*args)
+    except (ShapeError, TypeError) as err:
+        raise type(err)(f"{op}: {err} (at {user_frame()})") from None
 
 
 # ------------------------------------------------------------------ reshape
@@ -66,9 +70,9 @@ defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inp
 def reshape(x, *shape):
     """numpy.reshape; one entry may be -1. ``x.reshape(2, 3)`` and ``reshape(x, (2, 3))`` both work."""
     (x,) = coerce(x)
-    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)):
         shape = shape[0]
-    return apply("reshape", (x,), {"shape": tuple(int(d) for d in shape)})
+    return apply("reshape", (x,), {"shape": at_user_line("reshape", integers, tuple(shape), "sizes")})
 
 
 # ------------------------------------------------------------------ transpose
@@ -94,10 +98,9 @@ def transpose(x, axes=None):
     (x,) = coerce(x)
     if axes is None:
         axes = tuple(reversed(range(x.ndim)))
-    given = tuple(int(a) for a in axes)
+    given = at_user_line("transpose", integers, tuple(axes), "axes")
     axes = tuple(a % max(x.ndim, 1) for a in given)
     if sorted(axes) != list(range(x.ndim)) or any(not -x.ndim <= a < x.ndim for a in given):
-        from ..tensor import user_frame
         raise ShapeError(f"transpose: axes {given} are not a permutation of the {x.ndim} axes of "
                          f"{format_shape(x.shape)} (at {user_frame()})")
     return apply("transpose", (x,), {"axes": axes})
@@ -329,7 +332,7 @@ def concatenate(tensors, axis=0):
     """numpy.concatenate along an existing axis (``axis=None``: of the flattened tensors, as numpy does)."""
     tensors = coerce(*tensors)
     if not tensors:
-        raise ValueError("concatenate: need at least one tensor")
+        raise ValueError(f"concatenate: need at least one tensor (at {user_frame()})")
     if axis is None:
         tensors = tuple(reshape(t, -1) for t in tensors)
         axis = 0
@@ -373,7 +376,7 @@ def stack(tensors, axis=0):
     """numpy.stack along a new axis."""
     tensors = coerce(*tensors)
     if not tensors:
-        raise ValueError("stack: need at least one tensor")
+        raise ValueError(f"stack: need at least one tensor (at {user_frame()})")
     axis = op_axes("stack", axis, tensors[0].ndim + 1)[0]
     return apply("stack", tensors, {"axis": axis})
 
