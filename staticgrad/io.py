@@ -157,7 +157,10 @@ def _write_zip(path, text_member, doc, arrays):
     """Write ``doc`` as JSON and ``arrays`` as .npy members, atomically (a temp file, then a rename)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".staticgrad-", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".staticgrad-", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise _naming(err, path) from None
     try:
         if hasattr(os, "fchmod"):
             # mkstemp's file is private (0600); the saved file gets what any new file gets here.
@@ -170,11 +173,20 @@ def _write_zip(path, text_member, doc, arrays):
                 with zf.open(key + ".npy", "w", force_zip64=True) as member:
                     np.lib.format.write_array(member, np.asarray(arr, order="C"), allow_pickle=False)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from None
         raise
     return path
+
+
+def _naming(err, path):
+    # The temporary file is an implementation detail: the error names the path the user gave.
+    if err.errno is None:
+        return err
+    return type(err)(err.errno, err.strerror, path)
 
 
 def _dumps(value, indent=""):

@@ -324,3 +324,15 @@ def test_a_name_load_would_refuse_is_refused_at_save(tmp_path, name):
     assert not list(tmp_path.iterdir())                # refused before anything was written
     sgio.save_parameters([W], tmp_path / "w.npz")       # a checkpoint's names never reach generated code
     sgio.load_parameters([W], tmp_path / "w.npz")
+
+
+def test_a_path_that_cannot_be_written_is_named_in_the_error(tmp_path):
+    x = sg.placeholder((2,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+    for path, error in [(tmp_path / "missing" / "f.npz", FileNotFoundError), (tmp_path, IsADirectoryError)]:
+        with pytest.raises(error) as info:
+            sgio.save(fn, path)
+        assert info.value.filename == str(path) and ".staticgrad-" not in str(info.value)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        sgio.save_parameters([sg.parameter(np.ones(2))], tmp_path / "missing" / "w.npz")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staticgrad-")]
