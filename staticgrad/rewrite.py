@@ -188,7 +188,8 @@ def rewrite_graph(graph: Graph, rules: dict):
 def rewrite_tensors(order, rules, keep=(), origin=None):
     """Twin of a tensor graph (in topological ``order``) with ``rules`` applied: {old id: new tensor}.
 
-    Tensors in ``keep`` are never rewritten away (so gradients with respect to them stay defined).
+    Tensors in ``keep`` are never rewritten away inside a pattern (so gradients with respect to them stay
+    defined); one may be the root of a rewrite, and then the tensor standing in for it is its twin.
     Untouched tensors map to themselves; consumers of rewritten tensors are rebuilt on the new inputs.
     Every tensor the twin makes has the role, scope and provenance of the one it replaces, and ``origin``
     (a dict, when given) receives {its id: that original tensor}.
@@ -206,10 +207,12 @@ def rewrite_tensors(order, rules, keep=(), origin=None):
             # apply, not a bare Tensor: eager tensors compute their value (and tape) when made
             current = rw.stands_in(apply(t.op, tuple(inputs), t.attrs, source=t.source), t)
             current.name = t.name
-        if t.id in keep:
-            rw.keep.add(current.id)
-        elif current.op in rules:
+        if current.op in rules:
             rw.template = t
             current, _ = apply_rules(rw, current, rules)
+        if t.id in keep:
+            # A kept tensor may itself be replaced (its stand-in has the same adjoint), but no rule may
+            # look through it: a pattern that swallowed it would leave it without an adjoint.
+            rw.keep.add(current.id)
         twin[t.id] = current
     return twin
