@@ -179,13 +179,15 @@ def test_static_shapes_with_unknown_sizes():
     (np.s_[:64], (None, 3)), (np.s_[-5::2], (None, 3)), (np.s_[1:2], (None, 3)), (np.s_[0:1], (None, 3)),
     (np.s_[5:2], (0, 3)), (np.s_[:0], (0, 3)), (np.s_[:, 1:], (None, 2)), (np.s_[0], (3,)),
     (np.s_[np.array([0, 1])], (2, 3)), (np.s_[..., 0], (None,)), (np.s_[None, :2], (1, None, 3)),
+    # bounds of both signs: empty at many rows, not at few (x[-1:5] of 3 rows has 1)
+    (np.s_[-1:5], (None, 3)), (np.s_[2:-3:-1], (None, 3)), (np.s_[-10:2], (None, 3)), (np.s_[-1:-3], (0, 3)),
 ])
 def test_a_slice_of_an_unknown_size_is_unknown(index, static):
     # a slice clips to the axis it cuts: x[:64] of 3 rows has 3 rows, however large 64 looks
     x = sg.placeholder((None, 3), name="x")
     assert x[index].shape == static
     fn = sg.compile(x[index] * 2.0, inputs=[x])
-    for rows in (0, 1, 2, 3, 70):
+    for rows in (0, 1, 2, 3, 4, 70):
         if rows < 2 and isinstance(index, (int, np.ndarray)):
             continue                                  # an integer or index array needs rows it can read
         value = np.arange(rows * 3.0).reshape(rows, 3)

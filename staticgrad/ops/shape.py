@@ -125,6 +125,10 @@ def normalize_index(index):
             raise TypeError("indexing with a tensor is not supported; use where or a one-hot product")
         if isinstance(item, list):
             item = np.asarray(item)
+        elif isinstance(item, (bool, np.bool_)):
+            # numpy reads a bool scalar as a 0-d mask (x[True] has a new axis of 1), not as the integer
+            # 1: as a 0-d array it takes the mask paths of the shape rule and the gradient
+            item = np.asarray(item)
         if isinstance(item, np.ndarray):
             if item.dtype.kind not in "biu":
                 raise TypeError(f"index arrays must be integer or bool, not {item.dtype}")
@@ -138,8 +142,8 @@ def normalize_index(index):
     return tuple(out)
 
 
-def _index_extent(index):
-    """The largest absolute number written in ``index``: sizes beyond it cannot change how it slices."""
+def _index_numbers(index):
+    """Every absolute number written in ``index`` (slice bounds and steps, integers, index arrays' largest)."""
     values = [0]
     for item in index:
         if isinstance(item, int):
@@ -148,7 +152,7 @@ def _index_extent(index):
             values += [abs(v) for v in (item.start, item.stop, item.step) if v is not None]
         elif isinstance(item, np.ndarray) and item.dtype.kind in "iu" and item.size:
             values.append(int(np.abs(item).max()))
-    return max(values)
+    return values
 
 
 def _pin_masks(shape, index):
@@ -176,30 +180,34 @@ _EMPTY = np.empty((), np.dtype([]))
 
 
 def _index_shape(shape, index):
-    """The static shape of ``x[index]``: probe numpy with two sizes for each unknown dim, both larger than
-    any number in the index, and keep the dims that come out the same (the index fixes them).
+    """The static shape of ``x[index]``: numpy is probed at sizes of each unknown axis, and only the dims that
+    come out the same at every size are kept (the index fixes them).
 
-    A slice clips to the axis it cuts, so over an unknown size it fixes nothing: ``x[:64]`` of 3 rows has
-    3. A third probe empties each unknown axis in turn; the dims that change with it are left unknown.
+    A slice clips to the axis it cuts, so over an unknown size it fixes nothing but an empty result: ``x[:64]``
+    of 3 rows has 3. How much a slice keeps changes only where a bound meets the axis size (at the absolute
+    values of its bounds), so probing around each number in the index, at 0 and at two sizes beyond all of
+    them finds every change: ``x[-1:5]`` is empty at 7 rows but not at 3.
     """
     shape = _pin_masks(shape, index)
-    small = _index_extent(index) + 2
+    numbers = _index_numbers(index)
+    beyond = max(numbers) + 2
+    sizes = sorted({n for v in numbers for n in range(v - 2, v + 3) if n >= 0} | {beyond, 2 * beyond + 1})
 
     def probe(sizes):
         return np.broadcast_to(_EMPTY, tuple(sizes))[index].shape
-    base = [small if d is None else d for d in shape]
+    base = [beyond if d is None else d for d in shape]
     try:
-        a, b = probe(base), probe([2 * small + 1 if d is None else d for d in shape])
+        out = list(probe(base))
     except IndexError as err:
         raise ShapeError(f"index {index} does not fit shape {format_shape(shape)}: {err}") from None
-    out = [d if d == e else None for d, e in zip(a, b)]
     for k, d in enumerate(shape):
         if d is None:
-            try:
-                emptied = probe(base[:k] + [0] + base[k + 1:])
-            except IndexError:          # an integer or an index array reads this axis: no slice cuts it
-                continue
-            out = [None if e != f else e for e, f in zip(out, emptied)]
+            for n in sizes:
+                try:
+                    other = probe(base[:k] + [n] + base[k + 1:])
+                except IndexError:      # an integer or index array past this size: an error at run time
+                    continue
+                out = [None if e != f else e for e, f in zip(out, other)]
     return tuple(out)
 
 
