@@ -85,3 +85,21 @@ def test_zero_dimensional_input(rng):
 def test_nothing_to_differentiate_is_an_error():
     with pytest.raises(ValueError):
         check_grads(lambda t: t * 2, [np.array([1, 2, 3])])
+
+
+def test_float32_steps_and_tolerances_follow_the_dtype(make_op, rng):
+    f32 = lambda *shape: rng.normal(size=shape).astype(np.float32)   # noqa: E731
+    assert check_grads(lambda x: sg.tanh(x) * x, [f32(3)], order=2)
+    assert check_grads(lambda z, t: sg.softmax_cross_entropy(z, t), [f32(8, 5), rng.integers(0, 5, 8)], order=2)
+    assert check_grads(lambda a, b: sg.tanh(a @ b), [f32(6, 4), f32(4, 3)])
+    assert check_grads(lambda x: sg.exp(x) * 3.0, [f32(20) * 2])      # values far larger than some gradients
+    square = make_op(np.square, lambda g, out, x: (g * x * 2.0,))
+    assert check_grads(square, [f32(3, 2)], order=2)
+    bad_exp = make_op(np.exp, lambda g, out, x: (g * out * 1.05,))  # off by five percent
+    with pytest.raises(AssertionError):
+        check_grads(lambda a: sg.tanh(bad_exp(a)), [f32(2, 3) * 0.3])
+    cube = make_op(lambda x: x ** 3, lambda g, out, x: (g * sg.stop_gradient(x * x * 3.0),))
+    x = f32(3) + 2.0
+    assert check_grads(cube, [x], order=1)
+    with pytest.raises(AssertionError):
+        check_grads(cube, [x], order=2)
