@@ -7,22 +7,27 @@ from .stats import PassStats
 UNIQUE = ("placeholder", "parameter")   # leaves that are never merged: each is its own value
 
 
+def _exact(v):
+    """A hashable key equal only for attribute values that act the same: ``True == 1`` and
+    ``0.0 == -0.0`` in Python, but ``x[True]`` is a mask and ``x[1]`` a row."""
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return ("numpy", v.dtype.str, v.tobytes())
+    if isinstance(v, float):
+        return ("float", v.hex())
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_exact(x) for x in v))
+    if isinstance(v, slice):
+        return ("slice", _exact(v.start), _exact(v.stop), _exact(v.step))
+    if isinstance(v, np.dtype):
+        return ("dtype", v.str)
+    return (type(v).__name__, v)
+
+
 def attrs_key(attrs):
     """A hashable, exact key for op attributes (tuples, slices, dtypes and small index arrays)."""
-    items = []
-    for k in sorted(attrs):
-        v = attrs[k]
-        if isinstance(v, np.ndarray):
-            v = ("array", v.dtype.str, v.shape, v.tobytes())
-        elif isinstance(v, tuple):
-            v = tuple(("array", x.dtype.str, x.shape, x.tobytes()) if isinstance(x, np.ndarray) else
-                      (("slice", x.start, x.stop, x.step) if isinstance(x, slice) else x) for x in v)
-        elif isinstance(v, slice):
-            v = ("slice", v.start, v.stop, v.step)
-        elif isinstance(v, np.dtype):
-            v = ("dtype", v.str)
-        items.append((k, v))
-    return tuple(items)
+    return tuple((k, _exact(attrs[k])) for k in sorted(attrs))
 
 
 def constant_key(node):

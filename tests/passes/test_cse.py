@@ -204,3 +204,36 @@ def test_casts_to_different_dtypes_stay_apart():
     fn = check(outs, [x], [np.arange(4.0)])
     assert ops_of(fn)["cast"] == 2
     assert [o.dtype for o in fn(np.arange(4.0))] == [np.float32, np.int64, np.float32]
+
+
+@pytest.mark.parametrize("mask, row", [(True, 1), (False, 0), (np.True_, 1)], ids=["True", "False", "np.True_"])
+def test_a_bool_scalar_index_is_a_mask_not_a_row(mask, row):
+    # True == 1 in Python, but numpy reads x[True] as a 0-d mask: shape (1, 3, 4), not row 1
+    x = sg.placeholder((3, 4), name="x")
+    X = np.arange(12.0).reshape(3, 4)
+    fn = check([x[mask], x[row]], [x], [X])
+    assert ops_of(fn)["getitem"] == 2
+    assert [o.shape for o in fn(X)] == [X[mask].shape, X[row].shape]
+
+
+def test_attribute_keys_tell_apart_values_python_calls_equal():
+    from staticgrad.passes.cse import attrs_key
+    assert attrs_key({"a": (True,)}) != attrs_key({"a": (1,)})
+    assert attrs_key({"a": 0.0}) != attrs_key({"a": -0.0})
+    assert attrs_key({"a": 1.0}) != attrs_key({"a": 1})
+    assert attrs_key({"a": (slice(0, 2),)}) == attrs_key({"a": (slice(0, 2),)})
+
+
+@pytest.mark.parametrize("index", [(True, np.array([True, False, True])), (np.True_, 0), (Ellipsis, False)],
+                         ids=["bool then mask", "np.True_", "trailing False"])
+def test_bool_scalar_indices_shape_like_numpy_over_unknown_sizes(index):
+    x = sg.placeholder((None, 4), name="x", requires_grad=True)
+    X = np.arange(12.0).reshape(3, 4)
+    y = x[index]
+    assert len(y.shape) == X[index].ndim
+    assert all(s is None or s == n for s, n in zip(y.shape, X[index].shape))
+    (g,) = sg.grad(sg.sum(y * y), [x])
+    got = check([y, g], [x], [X])
+    want = np.zeros_like(X)
+    want[index] = 2 * X[index]
+    np.testing.assert_array_equal(got(X)[1], want)
