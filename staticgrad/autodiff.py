@@ -109,11 +109,14 @@ def _seed(y, grad_output, source):
     except ValueError:
         raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
                         f"shape {format_shape(y.shape)} (at {source})") from None
-    if seed.shape != y.shape:
-        # Run-time sizes on either side: broadcast to y's shape when the call runs (a size that cannot
-        # broadcast is an error there).
-        known = None not in y.shape and None not in seed.shape
-        seed = ops.broadcast_to(seed, y.shape) if known else apply("broadcast_like", (seed, y))
+    known = None not in y.shape and None not in seed.shape
+    if known and seed.shape != y.shape:
+        seed = ops.broadcast_to(seed, y.shape)
+    elif not known and seed is not y:
+        # Run-time sizes on either side, even where the static shapes agree ((None, 3) and (None, 3) may be
+        # 1 and 4 rows): broadcast to y's shape when the call runs (a size that cannot broadcast is an
+        # error there). At equal sizes the plan makes no call for it.
+        seed = apply("broadcast_like", (seed, y))
     return seed
 
 

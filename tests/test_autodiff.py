@@ -74,6 +74,19 @@ def test_grad_output_of_the_wrong_shape_is_an_error():
         sg.grad(W * 2, [W], grad_output=np.ones((4,)))
 
 
+@pytest.mark.parametrize("optimize", [True, False])
+def test_grad_output_with_run_time_sizes_broadcasts_to_y_when_called(optimize):
+    # (None, 3) and (None, 3) agree statically but may be 1 and 4 rows: the gradient has v's shape, as in
+    # eager mode, which broadcasts grad_output to y's shape.
+    v = sg.placeholder((None, 3), requires_grad=True, name="v")
+    go = sg.placeholder((None, 3), name="go")
+    fn = sg.compile(sg.grad(v * 2.0, v, grad_output=go), inputs=[v, go], optimize=optimize)
+    np.testing.assert_array_equal(fn(np.ones((4, 3)), np.array([[1.0, 2.0, 3.0]])), np.tile([2.0, 4.0, 6.0], (4, 1)))
+    np.testing.assert_array_equal(fn(np.ones((2, 3)), np.full((2, 3), 5.0)), np.full((2, 3), 10.0))
+    with pytest.raises(ValueError):
+        fn(np.ones((4, 3)), np.ones((2, 3)))
+
+
 # ------------------------------------------------------------------ what grad computes
 def test_wrt_not_reachable_gets_zeros_of_its_shape(compile_both):
     W = sg.parameter(np.ones(3), name="W")
