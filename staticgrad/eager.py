@@ -348,7 +348,8 @@ def _sweep(roots, seeds, create_graph, collect):
     STATE.grad_enabled = bool(create_graph)
     try:
         adjoint = {r.id: s for r, s in zip(roots, seeds)}
-        found, taken = {}, set()
+        # A seed that requires grad is the caller's own grad_output (kept for its tape): never take its array.
+        found, taken = {}, {id(s._value) for s in seeds if isinstance(s, EagerTensor) and s._requires_grad}
         for node in reversed(order):
             g = adjoint.pop(node.id, None)
             if g is None:
@@ -469,7 +470,7 @@ def _accumulate_leaf(leaf, g, create_graph, taken):
     elif (type(value) is np.ndarray and value.base is None and value.flags.writeable and id(value) not in taken
           and value.shape == leaf.shape and value.dtype == leaf.dtype):
         # A fresh buffer made by this sweep (VJP results are computed from the adjoints, never forward
-        # values, and the seed is a copy): take it instead of copying, as PyTorch's AccumulateGrad does.
+        # values, and a seed is a copy or in ``taken``): take it instead of copying, as PyTorch's AccumulateGrad does.
         # ``taken`` stops two leaves (x + y passes one adjoint to both) from sharing one array.
         taken.add(id(value))
         leaf.grad = value

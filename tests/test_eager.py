@@ -361,6 +361,17 @@ def test_grad_output_array_is_not_taken_over():
     np.testing.assert_array_equal(x.grad, [2.0, 3.0])
 
 
+def test_a_grad_output_tensor_that_requires_grad_is_not_taken_over():
+    # Such a seed is kept as it is (its tape serves create_graph): x.grad must still be an array of its own.
+    x = eager.tensor([1.0, 2.0], requires_grad=True)
+    go = eager.tensor([10.0, 20.0], requires_grad=True)
+    (x + 0.0).backward(go)
+    assert not np.shares_memory(x.grad, go.value)
+    (x + 0.0).backward(np.ones(2))
+    np.testing.assert_array_equal(go.value, [10.0, 20.0])
+    np.testing.assert_array_equal(x.grad, [11.0, 21.0])
+
+
 STABLE_PATTERNS = {
     "log(sigmoid)": lambda z: sg.sum(sg.log(sg.sigmoid(z))),
     "log(1 - sigmoid)": lambda z: sg.sum(sg.log(1 - sg.sigmoid(z))),
