@@ -63,8 +63,8 @@ WORKLOADS = {
 
 def compile_cost_workload(ops: int) -> Workload:
     """The chain of ``ops`` elementwise ops on 10 numbers, used to measure one-time costs."""
-    if ops % len(CHAIN_CYCLE):
-        raise ValueError(f"compile-cost chain: ops must be a multiple of {len(CHAIN_CYCLE)}, got {ops}")
+    if ops <= 0 or ops % len(CHAIN_CYCLE):
+        raise ValueError(f"compile-cost chain: ops must be a positive multiple of {len(CHAIN_CYCLE)}, got {ops}")
     return Workload(f"chain{ops}", f"{ops:,}-op elementwise chain, 10 floats, grad", "chain",
                     size=10, ops=ops)
 

@@ -71,7 +71,7 @@ def add_arguments(parser):
     parser.add_argument("--quick", action="store_true",
                         help="few rounds, no 100,000-op graph, peers torch and jax.jit only, 60 s peer "
                              "timeout (a look, not a result)")
-    parser.add_argument("--only", default=None, metavar="A,B,...",
+    parser.add_argument("--only", default=None, metavar="A,B,...", type=workload_names,
                         help="workloads to run: A B C D E and chainN (N ops), comma-separated")
     parser.add_argument("--peers", default=None, metavar="NAMES",
                         help=f"peers to run, comma-separated, or 'none' (default: {','.join(PEER_NAMES)})")
@@ -89,10 +89,26 @@ def add_arguments(parser):
     return parser
 
 
+def workload_names(text) -> list:
+    """The names of ``--only``, each checked by the benchmarks' own lookup while the command line is
+    parsed: a typo is a usage error before any workload runs (or the benchmark process is started)."""
+    import argparse
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one workload: A B C D E or chainN")
+    workloads = _benchmarks(only="workloads").workloads
+    for name in names:
+        try:
+            workloads.get(name)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return names
+
+
 def settings_from_args(args) -> Settings:
     s = quick_settings() if args.quick else Settings()
     if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        names = args.only if isinstance(args.only, list) else workload_names(args.only)
         s.workloads = [n for n in names if not n.startswith("chain")]
         s.compile_ops = [int(n[5:]) for n in names if n.startswith("chain")]
     if args.peers is not None:
@@ -152,13 +168,17 @@ def main(argv=None, module="staticgrad.bench") -> int:
 
 
 # ------------------------------------------------------------------ running
-def _benchmarks():
-    """The repository's benchmarks package (it is not installed with staticgrad)."""
+def _benchmarks(only=None):
+    """The repository's benchmarks package (it is not installed with staticgrad); with ``only``, just
+    that module of it is imported."""
     if not os.path.isfile(os.path.join(ROOT, "benchmarks", "workloads.py")):
         raise SystemExit(f"staticgrad bench runs the benchmarks/ folder of a source checkout; none next to "
                          f"the package at {ROOT}")
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
+    if only is not None:
+        importlib.import_module(f"benchmarks.{only}")
+        return sys.modules["benchmarks"]
     import benchmarks.impl_staticgrad
     import benchmarks.measure
     import benchmarks.workloads

@@ -2,7 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
 def main(argv=None):
@@ -10,8 +21,9 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a 2-8-8-1 MLP on two moons and write its graph as DOT")
     demo.add_argument("--out", default="staticgrad-demo", help="folder for the graph files")
-    demo.add_argument("--epochs", type=int, default=300)
-    dot = sub.add_parser("dot", help="run a script and render the graph of every function it compiles")
+    demo.add_argument("--epochs", type=_positive_int, default=300)
+    dot = sub.add_parser("dot", help="run a script and render the graph of every function it compiles",
+                         usage="staticgrad dot [options] SCRIPT [-- SCRIPT_ARGS...]")
     dot.add_argument("script", help="a Python file that builds and compiles staticgrad functions")
     dot.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
     dot.add_argument("--out", default=None, help="folder for the files (default: <script name>-graphs)")
@@ -24,7 +36,9 @@ def main(argv=None):
     bench.add_argument("--study", action="store_true", help="the static vs dynamic study instead: one model "
                        "trained compiled, eagerly and in PyTorch (shares --quick, --out, --threads, --peers none)")
     bench.add_argument("--plot", default=None, help="with --study: cumulative time plot (needs matplotlib)")
-    args = parser.parse_args(argv)
+    args = _parse(parser, sys.argv[1:] if argv is None else list(argv))
+    if args.command == "dot" and not os.path.isfile(args.script):
+        dot.error(f"no such script: {args.script}")
     if args.command == "demo":
         from .demo import run
         run(out_dir=args.out, epochs=args.epochs)
@@ -39,6 +53,18 @@ def main(argv=None):
         argv = sys.argv[1:] if argv is None else list(argv)
         return run_from_args(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
     return 0
+
+
+def _parse(parser, argv):
+    # argparse gives a trailing nargs="*" positional its (empty) share as soon as it meets the script
+    # name, so `dot S.py --out d -- --foo bar` would leave --foo bar unrecognized: what follows the
+    # first -- after `dot` is the script's, whatever it looks like.
+    if argv[:1] == ["dot"] and "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        args.script_args = [*args.script_args, *argv[cut + 1:]]
+        return args
+    return parser.parse_args(argv)
 
 
 def _collect_functions(script, script_args):

@@ -40,3 +40,33 @@ def test_no_command_fails():
     with pytest.raises(SystemExit) as info:
         main([])
     assert info.value.code != 0
+
+
+def test_dot_passes_what_follows_the_double_dash_to_the_script(tmp_path):
+    script = tmp_path / "model.py"
+    script.write_text("import sys, json\nimport numpy as np, staticgrad as sg\n"
+                      f"open({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+                      "x = sg.placeholder((2,), name='x')\nsg.compile(x * 2.0, inputs=[x])\n")
+    out = tmp_path / "graphs"
+    assert main(["dot", str(script), "--out", str(out), "--format", "dot", "--", "--foo", "bar"]) == 0
+    assert (tmp_path / "argv.json").read_text() == '["--foo", "bar"]'
+    assert list(out.glob("*.dot"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["dot", "no_such_script.py"], "no such script: no_such_script.py"),
+    (["bench", "--only", "Z"], "unknown workload 'Z'"),
+    (["bench", "--only", "A,chainX"], "unknown workload 'chainX'"),
+    (["bench", "--only", "chain6"], "multiple of 4"),
+    (["demo", "--epochs", "0"], "--epochs: expected a positive whole number"),
+    (["demo", "--epochs", "-5"], "--epochs: expected a positive whole number"),
+])
+def test_bad_arguments_are_usage_errors_before_anything_runs(argv, message, capsys, monkeypatch):
+    import staticgrad.bench
+    import staticgrad.demo
+    monkeypatch.setattr(staticgrad.bench, "run_from_args", lambda *a, **k: pytest.fail("bench ran"))
+    monkeypatch.setattr(staticgrad.demo, "run", lambda *a, **k: pytest.fail("demo ran"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
