@@ -47,16 +47,27 @@ def _zero_operand(rw, node, negative, positions):
     return None
 
 
+def _negation_is_exact(b, node) -> bool:
+    """Whether ``-b`` can stand for b's negation inside ``node``: so a + -b == a - b and a - -b == a + b.
+
+    Floating negation is exact. Integer negation wraps (-uint8(3) is 253, -INT_MIN is INT_MIN), which is
+    harmless only when the arithmetic wraps the same way, in b's own dtype; promoted to a wider integer or
+    to a float, the wrapped value is wrong (10.0 + -uint8(1) is 265.0, not 9.0).
+    """
+    return b.dtype.kind in "fc" or b.dtype == node.dtype
+
+
 def add_zero(rw, node):
     """x + (-0.0) -> x; a + -b -> a - b; -a + b -> b - a (x + 0.0 stays: for x = -0.0 it is +0.0)."""
     x = _zero_operand(rw, node, negative=True, positions=(0, 1))
     if x is not None:
         return x
     a, b = rw.inputs(node)
-    if b.op == "neg":
-        return rw.make("sub", [a, rw.inputs(b)[0]])
-    if a.op == "neg":
-        return rw.make("sub", [b, rw.inputs(a)[0]])
+    for keep, negated in ((a, b), (b, a)):
+        if negated.op == "neg":
+            inner = rw.inputs(negated)[0]
+            if _negation_is_exact(inner, node):
+                return rw.make("sub", [keep, inner])
     return None
 
 
@@ -66,7 +77,7 @@ def sub_zero(rw, node):
     if x is not None:
         return x
     a, b = rw.inputs(node)
-    if b.op == "neg":
+    if b.op == "neg" and _negation_is_exact(rw.inputs(b)[0], node):
         return rw.make("add", [a, rw.inputs(b)[0]])
     return None
 
@@ -271,9 +282,10 @@ for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh
 
 def run(graph):
     """x+0, x-0, x*1, x/1, --x, transpose of transpose, reshape to the same shape, reshape of reshape,
-    integer sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b and
-    scalar broadcasts read directly. Each rewrite keeps the node's shape and dtype, and none turns a NaN
-    or an infinity into a number (no x*0 -> 0, no x-x -> 0).
+    integer sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b
+    (unless -b wraps in a narrower integer dtype than the sum's) and scalar broadcasts read directly. Each
+    rewrite keeps the node's shape and dtype, and none turns a NaN or an infinity into a number (no
+    x*0 -> 0, no x-x -> 0).
     """
     graph, fired, fixed = rewrite_graph(graph, RULES)
     return graph, PassStats("simplify", changed=fired, fixed_point=fixed)

@@ -283,3 +283,32 @@ def test_scalings_that_would_round_differently_are_not_merged(x_value, c1, c2):
     x = sg.placeholder((1,), name="x")
     fn = check_against_unoptimized((x * c1) * c2, [x], [np.array([x_value])])
     assert ops_of(fn)["mul"] == 2
+
+
+INT64_MIN = np.iinfo(np.int64).min
+NEGATED = {   # (a's dtype and values, b's dtype and values): -b wraps, then is promoted to a wider dtype
+    "float + -uint8": (np.full(3, 10.0), np.array([1, 2, 3], np.uint8)),
+    "int16 + -uint8": (np.array([1, 2, 3], np.int16), np.array([0, 1, 255], np.uint8)),
+    "int16 + -int8 min": (np.array([1, 2, 3], np.int16), np.array([0, -128, 127], np.int8)),
+    "float + -int64 min": (np.full(3, 10.0), np.array([0, INT64_MIN, 5])),
+}
+
+
+@pytest.mark.parametrize("build", [lambda a, b: a + -b, lambda a, b: -b + a, lambda a, b: a - -b],
+                         ids=["a + -b", "-b + a", "a - -b"])
+@pytest.mark.parametrize("case", NEGATED)
+def test_a_negation_that_wraps_before_promotion_is_not_folded_into_the_sign(build, case):
+    av, bv = NEGATED[case]
+    a, b = sg.placeholder((3,), dtype=av.dtype, name="a"), sg.placeholder((3,), dtype=bv.dtype, name="b")
+    fn = check_against_unoptimized(build(a, b), [a, b], [av, bv])
+    assert ops_of(fn)["neg"] == 1
+
+
+@pytest.mark.parametrize("dtype, values", [("uint8", [0, 1, 255]), ("int8", [-128, 1, 127]),
+                                           ("float32", [-0.0, np.inf, 3.5])])
+def test_a_negation_in_the_result_dtype_still_folds(dtype, values):
+    # integers wrap in their own dtype both ways: a + -b == a - b even for unsigned b or INT_MIN
+    bv = np.array(values, dtype)
+    a, b = sg.placeholder((3,), dtype=dtype, name="a"), sg.placeholder((3,), dtype=dtype, name="b")
+    fn = check_against_unoptimized([a + -b, a - -b, -(-b)], [a, b], [bv[::-1].copy(), bv])
+    assert ops_of(fn)["neg"] == 0
