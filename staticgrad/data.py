@@ -5,6 +5,7 @@ The graph is compiled once; these helpers only slice arrays and call it, batch a
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -124,12 +125,17 @@ def fit(step, data, epochs=1, progress=None, validate=None, log=None):
     """Train by calling the compiled ``step`` on every batch of ``data`` for ``epochs`` epochs.
 
     ``step`` returns the loss (alone or first of its outputs). ``data`` is re-iterated each epoch
-    (a :class:`Batches`, or any re-iterable of batches). One bar covers the whole run, showing the epoch
+    (a :class:`Batches`, or any re-iterable of batches; a one-shot iterator only for one epoch, and an
+    epoch without batches is an error). One bar covers the whole run, showing the epoch
     and the epoch's running mean loss (terminal only unless ``progress=True``). ``validate()``, if
     given, is called after each epoch and returns a dict of metrics shown on the bar and kept in the
     history. ``log(epoch, loss, metrics)`` is called after each epoch too.
     """
     epochs = int(epochs)
+    if epochs > 1 and isinstance(data, Iterator):
+        raise ValueError(f"fit: data is a one-shot iterator ({type(data).__name__}): the first of {epochs} epochs "
+                         f"would use it up; pass something iterable once per epoch, such as data.batches(...) "
+                         f"or a list of batches")
     try:
         per_epoch = len(data)
     except TypeError:
@@ -144,6 +150,10 @@ def fit(step, data, epochs=1, progress=None, validate=None, log=None):
         for epoch in range(1, epochs + 1):
             bar.set_description(f"epoch {epoch}/{epochs}")
             results = run_batches(step, data, progress=bar)
+            if not results:
+                raise ValueError(f"fit: data gave no batches in epoch {epoch}"
+                                 + (" after giving some in epoch 1; it must yield the batches again each epoch "
+                                    "(a generator or an iterator is used up after one)" if epoch > 1 else ""))
             losses = [v for v in map(_first_scalar, results) if v is not None]
             loss = float(np.mean(losses)) if losses else float("nan")
             history.loss.append(loss)

@@ -129,3 +129,27 @@ def test_function_run_batches_method_when_attached():
     double = sg.compile(x * 2.0, inputs=[x])
     out = double.run_batches(data.batches(np.arange(4.0), batch_size=3), progress=False)
     assert [o.tolist() for o in out] == [[0, 2, 4], [6]]
+
+
+class _OneShot:
+    """Iterable, but yields its batches only the first time (a file reader, a stream)."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        batches, self.batches = self.batches, []
+        return iter(batches)
+
+
+def test_fit_refuses_data_that_runs_dry_after_the_first_epoch():
+    step, _, model = _linear_step()
+    X, y = np.ones((8, 2)), np.ones(8)
+    with pytest.raises(ValueError, match="one-shot iterator"):
+        data.fit(step, iter(data.batches(X, y, batch_size=4)), epochs=3, progress=False)
+    assert model.weight.value.tolist() == nn.Linear(2, 1, seed=0).weight.value.tolist()   # nothing trained
+    assert data.fit(step, (b for b in data.batches(X, y, batch_size=4)), epochs=1, progress=False).loss
+    with pytest.raises(ValueError, match="no batches in epoch 2 after giving some in epoch 1"):
+        data.fit(step, _OneShot(list(data.batches(X, y, batch_size=4))), epochs=3, progress=False)
+    with pytest.raises(ValueError, match="no batches in epoch 1"):
+        data.fit(step, [], epochs=1, progress=False)
