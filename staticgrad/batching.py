@@ -87,7 +87,7 @@ def batch(graph, order, shapes):
         members.sort(key=pos.get)
         first = members[0]
         chosen = [m for m in members if ready(m) < pos[first] and m not in row_of]
-        chosen = _consistent(chosen, kinds, nodes, row_of, stackable, shape, nodes[first].dtype)
+        chosen = _consistent(chosen, kinds, nodes, row_of, stackable, shapes, shape, nodes[first].dtype)
         if len(chosen) < MIN_BATCH:
             continue
         inputs = []
@@ -189,9 +189,10 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
     return folds
 
 
-def _consistent(chosen, kinds, nodes, row_of, stackable, shape, dtype):
+def _consistent(chosen, kinds, nodes, row_of, stackable, shapes, shape, dtype):
     """The longest prefix-free run of ``chosen`` whose varying inputs can be rows of one buffer, in order:
-    consecutive rows of a buffer they are already in, or distinct values that can write a new one."""
+    consecutive rows of a buffer they are already in (rows of the op's output shape, or numpy would
+    broadcast them along another axis), or distinct values that can write a new one."""
     for k, kind in enumerate(kinds):
         if kind[0] == "c" or not chosen:
             continue
@@ -202,7 +203,8 @@ def _consistent(chosen, kinds, nodes, row_of, stackable, shape, dtype):
         key = next((row_of[j][0] for j in column if j in row_of), None)
         expect = None
         for m, j in zip(chosen, column):
-            if j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect):
+            if (j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect)
+                    and tuple(shapes[j]) == tuple(shape)):
                 in_rows.append(m)
                 expect = row_of[j][1] + 1
         new_rows, seen = [], set()

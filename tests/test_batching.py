@@ -183,3 +183,21 @@ def test_matrix_products_of_many_small_vectors_are_not_batched_as_elementwise(si
     fast._scalar = slow._scalar = False
     slow._memory_planning = False
     assert fast(X) == slow(X)
+
+
+def test_rows_of_another_shape_are_not_read_as_a_batched_operand():
+    # 16 sin of 0-d values are rows of a (16,) buffer; 16 products vector * scalar must not read that
+    # buffer as their (16, 16) operand (numpy would broadcast it along the wrong axis).
+    n = 16
+    x, y = sg.placeholder((n,), name="x"), sg.placeholder((), name="y")
+    t = [y * (i + 2.0) for i in range(n)]
+    s = [sg.sin(ti) for ti in t]
+    a = [x * (i + 3.0) for i in range(n)]
+    out = sg.stack([ai * si for ai, si in zip(a, s)])
+    fn = sg.compile(out, inputs=[x, y])
+    fn._scalar = False
+    X, Y = np.arange(1.0, n + 1), np.array(0.5)
+    want = np.stack([X * (i + 3.0) * np.sin(Y * (i + 2.0)) for i in range(n)])
+    np.testing.assert_array_equal(fn(X, Y), want)
+    assert fn._last.batched
+
