@@ -190,30 +190,50 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
 
 
 def _consistent(chosen, kinds, nodes, row_of, stackable, shapes, shape, dtype):
-    """The longest prefix-free run of ``chosen`` whose varying inputs can be rows of one buffer, in order:
-    consecutive rows of a buffer they are already in (rows of the op's output shape, or numpy would
-    broadcast them along another axis), or distinct values that can write a new one."""
-    for k, kind in enumerate(kinds):
-        if kind[0] == "c" or not chosen:
-            continue
-        column = [nodes[m].inputs[k] for m in chosen]
-        if len(set(column)) == 1:
-            continue
-        in_rows = []
-        key = next((row_of[j][0] for j in column if j in row_of), None)
-        expect = None
-        for m, j in zip(chosen, column):
-            if (j in row_of and row_of[j][0] == key and (expect is None or row_of[j][1] == expect)
-                    and tuple(shapes[j]) == tuple(shape)):
-                in_rows.append(m)
-                expect = row_of[j][1] + 1
-        new_rows, seen = [], set()
-        for m, j in zip(chosen, column):
-            if stackable(j, shape, dtype) and j not in seen:
-                new_rows.append(m)
-                seen.add(j)
-        chosen = in_rows if len(in_rows) >= len(new_rows) else new_rows
-    return chosen
+    """The members of ``chosen`` whose varying inputs can be rows of one buffer each, in order: consecutive
+    rows of a buffer they are already in (rows of the op's output shape), or distinct values that can
+    write a new one.
+
+    Each operand narrows ``chosen``; dropping a member for a later operand can break the run of rows an
+    earlier one relied on, so the passes repeat until one keeps every member. A pass claims the new
+    buffers exactly as ``batch`` will, so a value two operands read is seen as the rows it will be.
+    Operands reading shifted runs of one another's rows (``a[i] * a[i + 1]``) would lose one member a
+    pass, quadratic in the group: after a few passes the group is dropped instead.
+    """
+    for _ in range(4):
+        if len(chosen) < MIN_BATCH:
+            return chosen
+        before = list(chosen)
+        claimed = {}
+        for k, kind in enumerate(kinds):
+            if kind[0] == "c" or not chosen:
+                continue
+            column = [nodes[m].inputs[k] for m in chosen]
+            if len(set(column)) == 1:
+                continue
+            where = {j: claimed.get(j, row_of.get(j)) for j in column}
+            key = next((where[j][0] for j in column if where[j] is not None), None)
+            in_rows, expect = [], None
+            for m, j in zip(chosen, column):
+                w = where[j]
+                if (w is not None and w[0] == key and (expect is None or w[1] == expect)
+                        and tuple(shapes[j]) == tuple(shape)):
+                    in_rows.append(m)
+                    expect = w[1] + 1
+            new_rows, seen = [], set()
+            for m, j in zip(chosen, column):
+                if j not in claimed and stackable(j, shape, dtype) and j not in seen:
+                    new_rows.append(m)
+                    seen.add(j)
+            if len(in_rows) >= len(new_rows):
+                chosen = in_rows
+            else:
+                chosen = new_rows
+                for r, m in enumerate(chosen):
+                    claimed[nodes[m].inputs[k]] = (("new", k), r)
+        if chosen == before:
+            return chosen
+    return []
 
 
 def _new_buffer(column, buffers, row_of):

@@ -201,3 +201,54 @@ def test_rows_of_another_shape_are_not_read_as_a_batched_operand():
     np.testing.assert_array_equal(fn(X, Y), want)
     assert fn._last.batched
 
+
+def test_an_operand_dropping_a_member_does_not_break_another_operands_run_of_rows():
+    # sin(h_i) batch into rows; the third product reads a parameter, not a cos, so the cos operands lose
+    # it, and the sin operands are no longer consecutive rows: that member leaves the group too.
+    x = sg.placeholder((3,), name="x")
+    P = sg.parameter(np.array([0.5, -1.0, 2.0]), name="P")
+    h = [x * (i + 1.0) for i in range(6)]
+    a = [sg.sin(hi) for hi in h]
+    b = [sg.cos(hi) if i != 2 else P for i, hi in enumerate(h)]
+    out = sg.stack([ai * bi for ai, bi in zip(a, b)])
+    fn = _numpy_plan(out, x)
+    X = np.array([0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(fn(X), unbatched([out], x)(X)[0])
+
+
+def _lanes(seed):
+    """Random lanes of vector and scalar ops, some reading x, y or P in place of their lane's values."""
+    r = np.random.default_rng(seed)
+    k, lanes_n, depth = int(r.choice([2, 3, 5, 8])), int(r.integers(4, 12)), int(r.integers(2, 7))
+    x = sg.placeholder((k,), name="x", requires_grad=True)
+    y = sg.placeholder((), name="y", requires_grad=True)
+    P = sg.parameter(r.normal(size=(k,)), name="P")
+    lanes = [[x * (i + 1.5), y * (i + 0.5)] for i in range(lanes_n)]
+    for _ in range(depth):
+        op = r.choice(["sin", "tanh", "mulvs", "addvv", "mulss", "subvs"])
+        for lane in lanes:
+            v, s = lane[-2], lane[-1]
+            if r.random() < 0.15:
+                v = x if r.integers(2) else P
+            if r.random() < 0.15:
+                s = y
+            nv, ns = {"sin": lambda: (sg.sin(v), sg.sin(s)), "tanh": lambda: (sg.tanh(v), sg.tanh(s)),
+                      "mulvs": lambda: (v * s, s), "addvv": lambda: (v + lane[0], s + 1.0),
+                      "mulss": lambda: (v, s * lane[1]), "subvs": lambda: (v - s, s)}[op]()
+            lane += [nv, ns]
+    outs = [sg.stack([lane[-2] for lane in lanes]), sg.stack([lane[-1] for lane in lanes])]
+    outs += sg.grad(sg.sum(outs[0]) + sg.sum(outs[1]), [x, y, P])
+    return x, y, outs, k
+
+
+@pytest.mark.parametrize("seed", [12, 13, 39, 71, 89] + list(range(100, 112)))
+def test_random_lanes_batch_to_the_unbatched_results(seed):
+    x, y, outs, k = _lanes(seed)
+    fast = sg.compile(outs, inputs=[x, y])
+    fast._scalar = False
+    slow = sg.compile(outs, inputs=[x, y])
+    slow._scalar, slow._memory_planning = False, False
+    r = np.random.default_rng(seed + 5)
+    X, Y = r.normal(size=k), np.array(r.normal())
+    for a, b in zip(fast(X, Y), slow(X, Y)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
