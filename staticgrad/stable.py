@@ -54,17 +54,25 @@ def _plus_one(rw, n):
     return None
 
 
+def _floating(x) -> bool:
+    # The stable forms negate x (an unsigned or INT_MIN x wraps), their kernels start reductions at -inf
+    # (an integer array cannot hold it), and over integers they pick a result dtype of their own
+    # (log(sum(exp(bool))) is float16, logsumexp of bool float64). expm1 and log1p need no such guard:
+    # numpy gives them exp's and log's dtypes, and they negate nothing.
+    return x.dtype.kind == "f"
+
+
 def log_of_sigmoid(rw, node):
     """log(sigmoid(x)) -> -softplus(-x); log(1 - sigmoid(x)) -> -softplus(x)."""
     arg, outer = peel_layout(rw, rw.inputs(node)[0])
-    if arg.op == "sigmoid":
+    if arg.op == "sigmoid" and _floating(rw.inputs(arg)[0]):
         x = rw.inputs(arg)[0]
         out = rw.make("neg", [rw.make("softplus", [rw.make("neg", [x])])])
         return wrap_layout(rw, out, outer)
     found = _one_minus(rw, arg)
     if found is not None:
         s, mid = found
-        if s.op == "sigmoid":
+        if s.op == "sigmoid" and _floating(rw.inputs(s)[0]):
             x = rw.inputs(s)[0]
             out = rw.make("neg", [rw.make("softplus", [x])])
             return wrap_layout(rw, wrap_layout(rw, out, mid), outer)
@@ -74,7 +82,7 @@ def log_of_sigmoid(rw, node):
 def log_of_softmax(rw, node):
     """log(softmax(x)) -> log_softmax(x)."""
     arg, outer = peel_layout(rw, rw.inputs(node)[0])
-    if arg.op == "softmax":
+    if arg.op == "softmax" and _floating(rw.inputs(arg)[0]):
         return wrap_layout(rw, rw.make("log_softmax", rw.inputs(arg), arg.attrs), outer)
     return None
 
@@ -85,7 +93,7 @@ def log_of_sum_exp(rw, node):
     if arg.op != "sum":
         return None
     inner, layers = peel_layout(rw, rw.inputs(arg)[0])
-    if inner.op != "exp":
+    if inner.op != "exp" or not _floating(rw.inputs(inner)[0]):
         return None
     # exp commutes with layout ops: sum(L(exp(x))) is sum(exp(L(x))), so the layouts move inside.
     x = wrap_layout(rw, rw.inputs(inner)[0], layers)

@@ -308,3 +308,32 @@ def test_float32_stays_float32():
     value, grad = fn(np.array([-200.0, 1e-4, 2.0], np.float32))
     assert value.dtype == np.float32 and grad.dtype == np.float32
     assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("dtype, feed", [("int64", [0, 3, 7]), ("int8", [0, 3, -128]), ("uint8", [0, 3, 9]),
+                                         ("bool", [True, False, True])])
+def test_log_sum_exp_of_integers_is_left_as_written(dtype, feed):
+    # logsumexp's kernel shifts by a max starting at -inf (an integer array cannot hold it) and picks its
+    # own dtype (float64 for bool, where exp gives float16)
+    x = sg.placeholder((3,), dtype=dtype, name="x")
+    y = sg.log(sg.sum(sg.exp(x)))
+    fn = sg.compile(y, inputs=[x])
+    slow = sg.compile(y, inputs=[x], optimize=False)
+    feed = np.array(feed, dtype)
+    got, want = fn(feed), slow(feed)
+    assert got.dtype == want.dtype == y.dtype
+    np.testing.assert_array_equal(got, want)
+    assert ops_of(fn)["logsumexp"] == 0
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: sg.log(sg.ops.apply("sigmoid", (x,), {})),
+    lambda x: sg.log(1 - sg.ops.apply("sigmoid", (x,), {})),
+    lambda x: sg.log(sg.ops.apply("softmax", (x,), {"axis": (0,)})),
+], ids=["log(sigmoid(u))", "log(1 - sigmoid(u))", "log(softmax(u))"])
+def test_stable_forms_that_negate_are_not_built_over_integers(build):
+    # -softplus(-x) negates x: -uint8(3) is 253. sg.sigmoid casts to float first; a graph applying the op
+    # to integers directly keeps the form it was written in
+    x = sg.placeholder((3,), dtype="uint8", name="x")
+    fn = sg.compile(build(x), inputs=[x], passes=["stabilize", "dce"])
+    assert ops_of(fn)["softplus"] == ops_of(fn)["log_softmax"] == ops_of(fn)["neg"] == 0
