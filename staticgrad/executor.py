@@ -194,7 +194,8 @@ class Function:
                   "        raise",
                   "    except Exception as err:",
                   "        raise explain(err, program) from err",
-                  "    if new_values: assign(new_values, outputs, program)"]
+                  # (the feeds too: an update simplified to a feed must copy the caller's array)
+                  f"    if new_values: assign(new_values, outputs, program, ({''.join(n + ', ' for n in names)}))"]
         if self._single:
             lines += ["    out = outputs[0]", "    return out if type(out) is ndarray else asarray(out)"]
         else:
