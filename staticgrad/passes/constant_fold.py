@@ -50,15 +50,23 @@ def _fold_through_broadcasts(new, node, inputs):
     """op(broadcast(c1), c2) -> broadcast(op(c1, c2)): compute on the small constants, keep the free view."""
     if not REGISTRY[node.op].has(ELEMENTWISE) or not any(x.op in BROADCASTS for x in inputs):
         return None
-    values, ref = [], None
+    values, refs = [], set()
     for x in inputs:
         if x.op == "constant":
             values.append(x.value)
         elif x.op in BROADCASTS and new.nodes[x.inputs[0]].op == "constant":
             values.append(new.nodes[x.inputs[0]].value)
             if x.op == "broadcast_like":
-                ref = x.inputs[1]
+                refs.add(x.inputs[1])
         else:
+            return None
+    if None in node.shape:
+        # Only a reference of the node's own static shape stands for its run-time shape: another operand
+        # may widen it ((N, 1) against a constant (3,) is (N, 3)), and two references may differ (1 and N).
+        if len(refs) != 1:
+            return None
+        (ref,) = refs
+        if tuple(new.nodes[ref].shape) != tuple(node.shape):
             return None
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
@@ -68,8 +76,6 @@ def _fold_through_broadcasts(new, node, inputs):
                  scope=node.scope)
     new.add(const)
     if None in node.shape:
-        if ref is None:
-            return None
         new.add(node.copy(op="broadcast_like", inputs=[const.id, ref], attrs={}))
     else:
         new.add(node.copy(op="broadcast_to", inputs=[const.id], attrs={"shape": tuple(node.shape)}))

@@ -124,3 +124,51 @@ def test_leaves_its_input_graph_unchanged():
     result, _ = constant_fold.run(graph)
     assert snapshot(graph) == before
     assert_same_values(run_graph(result, *feeds), values)
+
+
+def _grad_of_sum(name):
+    """d sum(x) / dx for x of shape (None, 1): a broadcast_like of the constant 1 over x."""
+    x = sg.placeholder((None, 1), name=name, requires_grad=True)
+    (g,) = sg.grad(sg.sum(x), [x])
+    assert g.op == "broadcast_like"
+    return x, g
+
+
+def _no_new_unread_nodes(before, after):
+    """Nodes the pass added are all read: a fold it gave up on leaves nothing behind."""
+    read = {i for n in after.nodes.values() for i in n.inputs} | set(after.outputs)
+    return set(after.nodes) - set(before.nodes) <= read
+
+
+def test_a_constant_that_widens_a_broadcast_like_is_not_folded_into_it():
+    # ones_like(x) * [1, 2, 3] is (N, 3); a broadcast_like over x would be (N, 1)
+    x, g = _grad_of_sum("x")
+    y = g * sg.constant(np.array([1.0, 2.0, 3.0]))
+    graph = graph_of([y], [x])
+    before = run_graph(graph, np.ones((2, 1)))
+    folded, _ = constant_fold.run(graph)
+    assert_same_values(run_graph(folded, np.ones((2, 1))), before)
+    assert before[0].shape == (2, 3)
+    assert _no_new_unread_nodes(graph, folded)
+
+
+def test_broadcasts_over_two_references_are_not_folded_onto_one():
+    # at run time the references may be 4 and 1 rows: the sum has 4 whichever comes last
+    x1, g1 = _grad_of_sum("x1")
+    x2, g2 = _grad_of_sum("x2")
+    graph = graph_of([g1 + g2], [x1, x2])
+    feeds = (np.ones((4, 1)), np.ones((1, 1)))
+    before = run_graph(graph, *feeds)
+    folded, _ = constant_fold.run(graph)
+    assert_same_values(run_graph(folded, *feeds), before)
+    assert _no_new_unread_nodes(graph, folded)
+
+
+def test_a_broadcast_like_of_the_nodes_own_shape_still_folds():
+    x, g = _grad_of_sum("x")
+    y = (g * 3.0) * sg.constant(np.array([[2.0]]))
+    graph = graph_of([y], [x])
+    before = run_graph(graph, np.ones((5, 1)))
+    folded, _ = constant_fold.run(graph)
+    assert ops_of(folded).get("mul", 0) == 0
+    assert_same_values(run_graph(folded, np.ones((5, 1))), before)
