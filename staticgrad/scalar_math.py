@@ -34,7 +34,8 @@ def sign(a):
         return 1.0
     if a < 0:
         return -1.0
-    return a    # 0.0, -0.0 and nan keep themselves, as numpy.sign does
+    # numpy.sign gives +0.0 for -0.0 (its kernel compares with 0, it does not copy the zero); nan stays
+    return 0.0 if a == 0 else a
 
 
 FUNCTIONS = {"sigmoid": sigmoid, "softplus": softplus, "maximum": maximum, "minimum": minimum, "sign": sign,

@@ -176,8 +176,8 @@ def test_shallow_regions_stay_numpy_and_deep_ones_fuse():
 
 @pytest.mark.parametrize("build", [
     lambda x: 1.0 / x ** 0.5, lambda x: 1.0 / sg.relu(x), lambda x: 1.0 / sg.maximum(x, 0.0),
-    lambda x: 1.0 / sg.minimum(x, -0.0), lambda x: 1.0 / sg.clip(x, 0.0, 1.0)],
-    ids=["1/x**0.5", "1/relu", "1/maximum", "1/minimum", "1/clip"])
+    lambda x: 1.0 / sg.minimum(x, -0.0), lambda x: 1.0 / sg.clip(x, 0.0, 1.0), lambda x: 1.0 / sg.ops.sign(x)],
+    ids=["1/x**0.5", "1/relu", "1/maximum", "1/minimum", "1/clip", "1/sign"])
 def test_signed_zeros_and_infinities_follow_numpy(build):
     # numpy's maximum/minimum return the second operand of two equal zeros, and its power takes a square
     # root for an exponent of 0.5 (sqrt(-inf) is nan, sqrt(-0.0) is -0.0): the fused loop must agree

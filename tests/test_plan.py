@@ -470,6 +470,7 @@ SCALAR_EDGES = {
     "minimum with 0": lambda x: sg.minimum(x, 0.0),
     "clip": lambda x: sg.clip(x, 0.0, 2.0),
     "x ** 0.5": lambda x: x ** 0.5,
+    "sign": lambda x: sg.ops.sign(x),
     "softmax": lambda x: sg.softmax(sg.reshape(x, (2, 4))),
     "log_softmax": lambda x: sg.log_softmax(sg.reshape(x, (2, 4))),
     "logsumexp": lambda x: sg.logsumexp(sg.reshape(x, (2, 4)), axis=1),
@@ -483,6 +484,13 @@ def test_scalar_code_keeps_numpy_semantics_at_signed_zeros_infinities_and_nan(ca
     x = sg.placeholder((8,), name="x")
     want, got = forced_scalar_results(SCALAR_EDGES[case](x), [x], [EDGE])
     assert _bits_equal(got, want), (got, want)
+
+
+def test_scalar_gradient_of_abs_at_negative_zero_is_positive_zero():
+    # the VJP of abs is g * sign(x), and numpy.sign(-0.0) is +0.0
+    x = sg.placeholder((8,), name="x", requires_grad=True)
+    want, got = forced_scalar_results(sg.grad(sg.sum(sg.abs(x)), [x])[0], [x], [EDGE])
+    assert _bits_equal(got, want) and not np.signbit(got[0]), (got, want)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
