@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad.graph import Node
 from staticgrad.passes import DEFAULT, PassStats, bisect
 
 
@@ -155,3 +156,63 @@ def test_unknown_pass_name_is_an_error(rng):
     outputs, feeds = mlp(rng)
     with pytest.raises(ValueError, match="nope"):
         bisect(outputs, feeds, passes=["cse", "nope"])
+
+
+def replace_outputs(make):
+    """A broken pass: every output node ``o`` is replaced by the node ``make(graph, new, o)`` adds."""
+    def rewrite(graph):
+        def visit(new, node):
+            if node.id in graph.outputs:
+                new.add(node)
+                return make(new, node).id
+            return node.id
+        return graph.rebuild(visit), PassStats("replace_outputs", changed=1)
+    return rewrite
+
+
+def _added(new, node):
+    new.add(node)
+    return node
+
+
+NEGATE = replace_outputs(lambda new, o: _added(new, Node("neg", [o.id], {}, o.shape, o.dtype, role=o.role)))
+TO_FLOAT32 = replace_outputs(lambda new, o: _added(new, Node("cast", [o.id], {"dtype": np.dtype(np.float32)},
+                                                              o.shape, np.dtype(np.float32), role=o.role)))
+
+
+def test_an_infinity_changing_sign_is_a_break():
+    x = sg.placeholder((3,), name="x")
+    with np.errstate(all="ignore"):
+        assert bisect(sg.exp(x), {x: np.full(3, 1000.0)}, passes=["cse", NEGATE]) == "replace_outputs"
+
+
+def test_an_infinity_turning_nan_is_a_break():
+    def exp_to_inf_minus_inf(graph):
+        def visit(new, node):
+            if node.op == "exp":
+                new.add(node.copy(op="sub", inputs=[node.inputs[0], node.inputs[0]]))
+            return node.id
+        return graph.rebuild(visit), PassStats("inf_minus_inf", changed=1)
+
+    x = sg.placeholder((2,), name="x")
+    with np.errstate(all="ignore"):
+        assert bisect(sg.exp(x), {x: np.array([np.inf, np.inf])}, passes=[exp_to_inf_minus_inf]) == "inf_minus_inf"
+
+
+def test_a_nan_turning_into_a_number_is_a_break():
+    def sqrt_to_abs(graph):
+        def visit(new, node):
+            if node.op == "sqrt":
+                new.add(node.copy(op="abs"))
+            return node.id
+        return graph.rebuild(visit), PassStats("sqrt_to_abs", changed=1)
+
+    x = sg.placeholder((2,), name="x")
+    with np.errstate(all="ignore"):
+        assert bisect(sg.sqrt(x), {x: np.array([-1.0, -4.0])}, passes=[sqrt_to_abs]) == "sqrt_to_abs"
+
+
+@pytest.mark.parametrize("dtype, feed", [("float64", [0.5, 1.0]), ("int64", [1, 2])])
+def test_a_result_changing_dtype_is_a_break(dtype, feed):
+    x = sg.placeholder((2,), dtype=dtype, name="x")
+    assert bisect(x * 2, {x: np.array(feed, dtype)}, passes=[TO_FLOAT32]) == "replace_outputs"
