@@ -356,14 +356,19 @@ def _check_label(em, label, classes):
 
 
 def _cross_entropy(em, logits, labels):
+    # The numpy kernel sums each row of exp(z - m) and then the rows' losses with np.add.reduce: the
+    # same order of additions here gives the same bits.
     rows = logits.reshape(-1, logits.shape[-1])
     labels = labels.reshape(-1)
+    add_row = _summation(rows.shape, (1,))
     terms = []
     for row, label in zip(rows, labels):
         _check_label(em, label, len(row))
         m = em.assign(f"max({', '.join(row)})")
         m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")     # an infinite max must not make nan
-        total = em.assign(" + ".join(f"exp({v} - {m})" for v in row))
+        exps = [em.assign(f"exp({v} - {m})") for v in row]
+        total = em.assign(f"0.0 + {add_row(exps)}")
         picked = em.assign(f"({', '.join(row)},)[{label}]")
         terms.append(em.assign(f"log({total}) + {m} - {picked}"))
-    return np.array(em.assign(f"({' + '.join(terms)}) / {float(len(terms))!r}"), dtype=object)
+    add = _summation((len(terms),), (0,))
+    return np.array(em.assign(f"(0.0 + {add(terms)}) / {float(len(terms))!r}"), dtype=object)

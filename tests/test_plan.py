@@ -367,6 +367,19 @@ def test_scalar_cross_entropy_of_infinite_logits_is_that_of_numpy():
     np.testing.assert_array_equal(got[0], want[0])        # inf, not nan
 
 
+@pytest.mark.parametrize("shape", [(20, 3), (2, 20)])
+def test_scalar_cross_entropy_adds_in_numpy_order(shape):
+    # numpy sums each row's exponentials, then the rows' losses, pairwise; in order, the last bit of the
+    # loss differs on about a third of these feeds
+    z = sg.placeholder(shape, name="z")
+    t = sg.placeholder(shape[:1], dtype="int64", name="t")
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        feeds = [rng.normal(size=shape) * 3, rng.integers(0, shape[1], size=shape[0])]
+        want, got = forced_scalar_results(sg.softmax_cross_entropy(z, t), [z, t], feeds)
+        assert _bits_equal(got, want), (got, want)
+
+
 def test_scalar_integer_power_is_exact():
     i = sg.placeholder((2,), dtype="int64", name="i")
     want, got = scalar_and_numpy_results(i ** 39, [i], [np.array([3, 1])])
