@@ -10,10 +10,10 @@ from .diffdot import diff_dot
 from .dot import GraphvizNotFound, save_dot, to_dot
 from .executor import ExecutionError, Function, Report
 from .io import LoadError, load, load_parameters, save, save_parameters
-from .ops import (abs, add, clip, concatenate, cos, div, exp, expm1, log, log1p, log_softmax, logsumexp, matmul,
-                  max, maximum, mean, min, minimum, mul, neg, pow, relu, reshape, sigmoid, sin, softmax,
-                  softmax_cross_entropy, softplus, sqrt, square, stack, stop_gradient, sub, sum, tanh,
-                  transpose, where)
+from .ops import (abs, add, clip, concatenate, cos, div, equal, exp, expm1, greater, greater_equal, less,
+                  less_equal, log, log1p, log_softmax, logsumexp, matmul, max, maximum, mean, min, minimum, mul,
+                  neg, not_equal, pow, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, softplus, sqrt,
+                  square, stack, stop_gradient, sub, sum, tanh, transpose, where)
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
 from .trace import Trace, trace
@@ -28,6 +28,7 @@ __all__ = [
     "tanh", "sigmoid", "relu", "abs", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max",
     "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
     "softmax_cross_entropy", "stop_gradient",
+    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
     "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data", "eager", "passes",
     "study",
     "to_dot", "save_dot", "diff_dot", "trace", "Trace", "GraphvizNotFound",

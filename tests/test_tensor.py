@@ -142,6 +142,20 @@ def test_comparisons_give_booleans_and_no_gradient():
         np.testing.assert_array_equal(g, want)
 
 
+def test_equality_is_elementwise_and_tensors_still_hash_by_identity():
+    # As in numpy and PyTorch: x == 0 was a Python bool, so sg.where(x == 0, 1, x) silently chose x.
+    x = sg.placeholder((3,), name="x")
+    X = np.array([0.0, 2.0, 0.0])
+    results = [x == 0.0, x != 0.0, 0.0 == x, np.zeros(3) == x, sg.equal(x, 0.0), sg.not_equal(x, x)]
+    assert all(isinstance(r, sg.Tensor) and r.dtype == np.bool_ for r in results)
+    got = sg.compile(results + [sg.where(x == 0.0, 1.0, x)], inputs=[x])(X)
+    for g, want in zip(got, [X == 0, X != 0, X == 0, X == 0, X == 0, X != X, [1.0, 2.0, 1.0]]):
+        np.testing.assert_array_equal(g, want)
+    assert {x: 1}[x] == 1 and x in {x} and (x == None) is False and None not in (x, x)   # noqa: E711
+    from staticgrad import eager
+    np.testing.assert_array_equal((eager.tensor(X) == 0.0).value, X == 0)
+
+
 def test_array_on_the_left_gives_a_tensor():
     x = sg.placeholder((3,), name="x")
     y = np.arange(3.0) * x

@@ -19,10 +19,22 @@ METHODS = {
     "__matmul__": linalg.matmul, "__rmatmul__": _swap(linalg.matmul),
     "__neg__": ew.neg, "__pos__": lambda self: self, "__abs__": ew.abs,
     "__lt__": ew.less, "__le__": ew.less_equal, "__gt__": ew.greater, "__ge__": ew.greater_equal,
+    "__eq__": lambda self, other: _compare(ew.equal, self, other),
+    "__ne__": lambda self, other: _compare(ew.not_equal, self, other),
     "__getitem__": shape.getitem,
     "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min,
     "reshape": shape.reshape, "astype": ew.cast,
 }
+
+
+def _compare(fn, self, other):
+    # Elementwise like numpy and PyTorch (a Python bool here made sg.where(x == 0, ...) silently wrong).
+    # Tensors still hash by identity: use ``is``, not ``==``, to find one in a list. ``x == None`` stays
+    # False (and so is ``x == "x"``, which a dict holding tensors and names may ask), so ``None in (a, b)``
+    # works as before.
+    if other is None or isinstance(other, (str, bytes)):
+        return NotImplemented
+    return fn(self, other)
 
 
 def _transpose_method(self, *axes):
