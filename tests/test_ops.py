@@ -441,3 +441,39 @@ def test_softmax_and_logsumexp_over_an_empty_axis():
     np.testing.assert_array_equal(lse, np.full(4, -np.inf))
     (g,) = sg.grad(sg.sum(sg.softmax(y)), [y])
     assert sg.compile(g, inputs=[y])(np.zeros((4, 0))).shape == (4, 0)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "uint8", "bool"])
+def test_ops_numpy_lacks_take_integers_as_floats_like_exp(dtype):
+    # softmax, sigmoid & co. compute in the float dtype numpy's exp gives the input (uint8 -> float16):
+    # they crashed on integers (max with initial=-inf), and sigmoid of uint8 wrapped -|x| to give 0.
+    from staticgrad import eager
+    v = np.array([[1, 2, 0], [3, 0, 1]]).astype(dtype)
+    f = v.astype(np.exp(v[:1, :1]).dtype)
+    p = sg.placeholder((2, 3), dtype=dtype, name="p")
+    cases = {
+        "softmax": (sg.softmax, lambda a: np.exp(a) / np.exp(a).sum(-1, keepdims=True)),
+        "log_softmax": (sg.log_softmax, lambda a: a - np.log(np.exp(a).sum(-1, keepdims=True))),
+        "logsumexp": (lambda z: sg.logsumexp(z, axis=-1), lambda a: np.log(np.exp(a).sum(-1))),
+        "sigmoid": (sg.sigmoid, lambda a: 1 / (1 + np.exp(-a))),
+        "softplus": (sg.softplus, lambda a: np.log1p(np.exp(a))),
+        "softmax_cross_entropy": (lambda z: sg.softmax_cross_entropy(z, np.array([0, 2])),
+                                  lambda a: np.mean(np.log(np.exp(a).sum(-1)) - a[[0, 1], [0, 2]])),
+    }
+    for name, (build, want) in cases.items():
+        y = build(p)
+        assert y.dtype == f.dtype, name
+        for optimize in (True, False):
+            got = sg.compile(y, inputs=[p], optimize=optimize)(v)
+            assert got.dtype == f.dtype, name
+            np.testing.assert_allclose(got, want(f.astype(np.float64)), rtol=2e-3, err_msg=name)
+        assert build(eager.tensor(v)).dtype == f.dtype, name
+
+
+def test_mean_gradient_of_many_float16_numbers_is_not_zero():
+    # 70,000 is inf in float16, so 1/count made the gradient 0; it is 1/70000 (torch: 1.4305e-05)
+    x = sg.placeholder((70000,), dtype="float16", requires_grad=True)
+    (g,) = sg.grad(sg.mean(x), [x])
+    got = sg.compile(g, inputs=[x])(np.ones(70000, np.float16))
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got, np.float16(1 / 70000), rtol=1e-3)

@@ -25,6 +25,22 @@ def _unary(name):
     return fn
 
 
+def as_float(x):
+    """``x`` cast to the float dtype numpy's exp gives it (bool and int8 -> float16, int64 -> float64), for
+    ops numpy does not have: their kernels negate and compare, which wraps unsigned and refuses bool."""
+    if x.dtype.kind in "fc":
+        return x
+    return cast(x, kernel_dtype(np.exp, (x.dtype,)))
+
+
+def _float_unary(name):
+    def fn(x):
+        (x,) = coerce(x)
+        return apply(name, (as_float(x),))
+    fn.__name__ = name
+    return fn
+
+
 def _def(name, kernel, vjp, flags=0, doc=""):
     defop(name, kernel, elementwise_spec(kernel), vjp, flags | ELEMENTWISE, doc)
 
@@ -142,8 +158,8 @@ _def("sign", np.sign, None)
 _def("stop_gradient", identity_kernel, None, VIEW, doc="identity whose gradient is zero")
 
 exp, log, log1p, expm1, sqrt = _unary("exp"), _unary("log"), _unary("log1p"), _unary("expm1"), _unary("sqrt")
-sin, cos, tanh, sigmoid, relu = _unary("sin"), _unary("cos"), _unary("tanh"), _unary("sigmoid"), _unary("relu")
-abs, square, softplus, sign = _unary("abs"), _unary("square"), _unary("softplus"), _unary("sign")
+sin, cos, tanh, sigmoid, relu = _unary("sin"), _unary("cos"), _unary("tanh"), _float_unary("sigmoid"), _unary("relu")
+abs, square, softplus, sign = _unary("abs"), _unary("square"), _float_unary("softplus"), _unary("sign")
 stop_gradient = _unary("stop_gradient")
 
 

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from ..tensor import ShapeError, format_shape
-from .elementwise import exp
+from .elementwise import as_float, exp
 from .reduce import _logsumexp_kernel, sum
 from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, defpair, kernel_dtype
 from .shape import op_axes
@@ -42,13 +42,13 @@ defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softmax_vjp)
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along ``axis``, computed without overflow."""
     (x,) = coerce(x)
-    return apply("softmax", (x,), {"axis": op_axes("softmax", axis, x.ndim)})
+    return apply("softmax", (as_float(x),), {"axis": op_axes("softmax", axis, x.ndim)})
 
 
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along ``axis``."""
     (x,) = coerce(x)
-    return apply("log_softmax", (x,), {"axis": op_axes("log_softmax", axis, x.ndim)})
+    return apply("log_softmax", (as_float(x),), {"axis": op_axes("log_softmax", axis, x.ndim)})
 
 
 # ------------------------------------------------------------------ one-hot and the fused loss
@@ -173,4 +173,4 @@ def softmax_cross_entropy(logits, labels):
     """Mean over the batch of -log softmax(logits)[label]; ``labels`` are integer classes."""
     (logits,) = coerce(logits)
     (labels,) = coerce(labels)
-    return apply("softmax_cross_entropy", (logits, labels))
+    return apply("softmax_cross_entropy", (as_float(logits), labels))

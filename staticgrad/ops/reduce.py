@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import ShapeError, format_shape, user_frame
-from .elementwise import cast, equal, exp
+from .elementwise import as_float, cast, equal, exp
 from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype
 from .shape import op_axes
 
@@ -38,10 +38,12 @@ def broadcast_back(g, x):
     return apply("broadcast_like", (g, x))
 
 
-def count(x, axes):
-    """How many elements of ``x`` one reduction over ``axes`` sees, as a scalar of x's dtype."""
+def count(x, axes, dtype=None):
+    """How many elements of ``x`` one reduction over ``axes`` sees, as a scalar of ``dtype`` (x's float
+    dtype by default)."""
     dims = [x.shape[a] for a in axes]
-    dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
+    if dtype is None:
+        dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
     if None not in dims:
         from ..tensor import constant
         return constant(float(np.prod(dims, dtype=np.float64)), dtype=dtype)
@@ -53,7 +55,12 @@ def _sum_vjp(g, out, x, axis, keepdims):
 
 
 def _mean_vjp(g, out, x, axis, keepdims):
-    return (broadcast_back(expand_reduced(g, axis, keepdims), x) / count(x, axis),)
+    spread = broadcast_back(expand_reduced(g, axis, keepdims), x)
+    if x.dtype == np.float16:
+        # A count past 65504 is inf in float16 (the gradient would be 0): divide in float32, as numpy's
+        # mean of float16 adds in float32.
+        return (cast(cast(spread, np.float32) / count(x, axis, np.dtype(np.float32)), np.float16),)
+    return (spread / count(x, axis),)
 
 
 def _extremum_vjp(g, out, x, axis, keepdims):
@@ -95,6 +102,8 @@ def _reduction(name):
         if name in ("max", "min") and any(x.shape[a] == 0 for a in axes):
             raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name} "
                              f"(at {user_frame()})")
+        if name == "logsumexp":
+            x = as_float(x)
         return apply(name, (x,), {"axis": axes, "keepdims": bool(keepdims)})
     fn.__name__ = name
     fn.__doc__ = f"numpy.{name} over ``axis`` (None: all axes)."
