@@ -66,8 +66,8 @@ def _check_wrt(wrt, source):
             what = f"{w.op} {w.name!r}" if w.name else w.op
             hint = " (create it with requires_grad=True)" if w.op == "placeholder" else ""
             raise GradError(f"grad: {what} does not require grad{hint}, so it has no gradient (at {source})")
-        if w.dtype.kind not in "fc":
-            raise GradError(f"grad: {w!r} has integer dtype {w.dtype}; only floating tensors have gradients "
+        if w.dtype.kind != "f":
+            raise GradError(f"grad: {w!r} has dtype {w.dtype}; only real floating tensors have gradients "
                             f"(at {source})")
 
 
@@ -84,8 +84,9 @@ def grad(y, wrt, grad_output=None):
     if not isinstance(y, Tensor):
         raise TypeError(f"grad: y must be a tensor, got {type(y).__name__} (at {source})")
     _check_wrt(wrt, source)
-    if y.dtype.kind not in "fc":
-        raise GradError(f"grad: y has dtype {y.dtype}; only floating outputs can be differentiated (at {source})")
+    if y.dtype.kind != "f":
+        raise GradError(f"grad: y has dtype {y.dtype}; only real floating outputs can be differentiated "
+                        f"(at {source})")
 
     # Built-in VJP rules are package code: every tensor they make belongs to this line of the user's.
     with building(role="backward", source=source):
@@ -175,6 +176,9 @@ def _reverse_sweep_plain(y, wrt, seed, origin=None):
         needed = [x.id in cone and x.dtype.kind in "fc" for x in node.inputs]
         if not any(needed):
             continue
+        if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needed)):
+            raise GradError(f"grad: the gradient would pass through a complex value at {node.op} (made at "
+                            f"{node.source}); the VJP rules are written for real values")
         adjoint_of, rule = _provenance(node, origin)
         with building(adjoint_of=adjoint_of, rule=rule):
             if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):

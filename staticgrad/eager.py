@@ -161,8 +161,8 @@ def tensor(value, requires_grad=False, dtype=None, name=None, copy=True) -> Eage
     arr = np.array(value, dtype=dtype, copy=True) if copy else np.asarray(value, dtype=dtype)
     if arr.dtype.kind not in "biufc":
         raise TypeError(f"eager.tensor {name!r}: expected a numeric value, got dtype {arr.dtype}")
-    if requires_grad and arr.dtype.kind not in "fc":
-        raise GradError(f"eager.tensor {name!r}: only floating tensors can require grad, not {arr.dtype}")
+    if requires_grad and arr.dtype.kind != "f":
+        raise GradError(f"eager.tensor {name!r}: only real floating tensors can require grad, not {arr.dtype}")
     return _leaf(arr, bool(requires_grad), name, user_frame())
 
 
@@ -296,8 +296,8 @@ def _seed(y, grad_output, who):
     if not y._requires_grad:
         raise GradError(f"{who}: {y.op} result (made at {y.source}) does not require grad: no input of it "
                         f"was made with requires_grad=True")
-    if y.dtype.kind not in "fc":
-        raise GradError(f"{who}: y has dtype {y.dtype}; only floating outputs can be differentiated")
+    if y.dtype.kind != "f":
+        raise GradError(f"{who}: y has dtype {y.dtype}; only real floating outputs can be differentiated")
     if grad_output is None:
         if y.shape != ():
             raise GradError(f"{who}: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
@@ -368,6 +368,9 @@ def _sweep(roots, seeds, create_graph, collect):
             needs = [x._requires_grad and type(x) is EagerTensor and x.dtype.kind in "fc" for x in node.inputs]
             if not any(needs):
                 continue
+            if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needs)):
+                raise GradError(f"backward: the gradient would pass through a complex value at {node.op} "
+                                f"(made at {node.source}); the VJP rules are written for real values")
             with building(role="backward", adjoint_of=node, rule=node.op):
                 if all(needs):
                     parts = opdef.vjp(g, node, *node.inputs, **node.attrs)

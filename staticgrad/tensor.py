@@ -220,8 +220,9 @@ def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tenso
     dtype = np.dtype(dtype)
     if dtype.kind not in "biufc":
         raise TypeError(f"placeholder {name!r}: expected a numeric dtype, got {dtype} (at {user_frame()})")
-    if requires_grad and dtype.kind not in "fc":
-        raise GradError(f"placeholder {name!r}: only floating tensors can require grad, not {dtype}")
+    if requires_grad and dtype.kind != "f":
+        raise GradError(f"placeholder {name!r}: only real floating tensors can require grad, not {dtype} "
+                        f"(at {user_frame()})")
     return Tensor("placeholder", shape=shape, dtype=dtype, name=name, requires_grad=requires_grad)
 
 
@@ -230,8 +231,10 @@ def parameter(value, name=None, dtype=None) -> Tensor:
     arr = np.array(value, dtype=dtype, copy=True)
     if arr.dtype.kind in "biu":
         arr = arr.astype(np.float64)
-    if arr.dtype.kind not in "fc":
-        raise TypeError(f"parameter {name!r}: expected a floating value, got dtype {arr.dtype}")
+    if arr.dtype.kind != "f":
+        # (complex too: the VJP rules are written for real values, they do not conjugate)
+        raise TypeError(f"parameter {name!r}: expected a real floating value, got dtype {arr.dtype} "
+                        f"(at {user_frame()})")
     return Tensor("parameter", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=True, value=arr)
 
 

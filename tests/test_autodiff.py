@@ -372,3 +372,23 @@ def test_no_gradient_flows_through_boolean_values():
     e = eager.tensor(X, requires_grad=True)
     f(e).backward()
     np.testing.assert_array_equal(e.grad, [0.0, 1.0])
+
+
+def test_complex_values_have_no_gradient_rather_than_a_wrong_one():
+    # The VJP rules are written for real values (they never conjugate): refuse, do not mislead.
+    from staticgrad import eager
+    with pytest.raises(sg.GradError, match="real floating"):
+        sg.placeholder((2,), dtype="complex128", requires_grad=True)
+    with pytest.raises(TypeError, match="real floating"):
+        sg.parameter(np.array([1 + 2j]))
+    with pytest.raises(sg.GradError, match="real floating"):
+        eager.tensor(np.array([1 + 2j]), requires_grad=True)
+    x = sg.placeholder((2,), requires_grad=True, name="x")
+    with pytest.raises(sg.GradError, match="complex value at (abs|mul)"):
+        sg.grad(sg.sum(sg.abs(x * sg.constant(np.array([2 - 1j, 1j])))), [x])
+    xe = eager.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(sg.GradError, match="complex value at (abs|mul)"):
+        sg.sum(sg.abs(xe * np.array([2 - 1j, 1j]))).backward()
+    # complex values still flow forward
+    z = sg.placeholder((2,), dtype="complex128", name="z")
+    np.testing.assert_array_equal(sg.compile(sg.abs(z * 2.0), inputs=[z])(np.array([3 + 4j, 1j])), [10.0, 2.0])
