@@ -167,8 +167,11 @@ class Sequential(Module):
 # ------------------------------------------------------------------ losses (means over the batch)
 def _check_pairs(loss, what, first, second):
     # An elementwise loss must pair examples up: (N, 1) against (N,) would broadcast to N x N and
-    # silently average the wrong numbers, so any difference is refused (None matches any size).
+    # silently average the wrong numbers, so any difference is refused (None matches any size). A single
+    # number against all of them pairs nothing wrongly (a GAN's "all real" target 1.0).
     a, b = (x.shape if isinstance(x, Tensor) else np.shape(x) for x in (first, second))
+    if b == ():
+        return
     if len(a) != len(b) or any(m is not None and n is not None and m != n for m, n in zip(a, b)):
         raise ShapeError(f"{loss}: {what[0]} of shape {format_shape(a)} and {what[1]} of shape {format_shape(b)} "
                          f"must have the same shape, they would broadcast instead of pairing up element by "
@@ -176,14 +179,14 @@ def _check_pairs(loss, what, first, second):
 
 
 def mse(prediction, target):
-    """Mean of squared differences; ``prediction`` and ``target`` must have the same shape."""
+    """Mean of squared differences; ``target`` must have the shape of ``prediction`` or be one number."""
     _check_pairs("mse", ("prediction", "target"), prediction, target)
     return ops.mean(ops.square(prediction - target))
 
 
 def binary_cross_entropy_with_logits(logits, targets):
     """Mean of -t log sigmoid(z) - (1-t) log(1 - sigmoid(z)), written stably as softplus(z) - t*z.
-    ``logits`` and ``targets`` must have the same shape."""
+    ``targets`` must have the shape of ``logits`` or be one number."""
     _check_pairs("binary_cross_entropy_with_logits", ("logits", "targets"), logits, targets)
     return ops.mean(ops.softplus(logits) - targets * logits)
 

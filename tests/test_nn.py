@@ -175,3 +175,8 @@ def test_elementwise_losses_refuse_shapes_that_would_broadcast(loss, what):
     with pytest.raises(sg.ShapeError):
         loss(sg.placeholder((3,)), np.zeros(4))
     loss(sg.placeholder((None, 2)), sg.placeholder((5, None)))     # None matches any size
+    # one number against every element pairs nothing wrongly (a GAN's "all real" target)
+    z = sg.placeholder((None, 1), name="z")
+    fn = sg.compile(loss(z, 1.0), inputs=[z])
+    assert float(fn(np.array([[0.5], [-2.0]]))) == float(sg.compile(loss(z, np.ones((2, 1))), inputs=[z])(
+        np.array([[0.5], [-2.0]])))
