@@ -227,10 +227,15 @@ def slot_key(plan, node_id):
 
 
 def skip_identities(graph, order):
-    """``graph`` and ``order`` without identity nodes (``stop_gradient``: at these sizes, e.g., a gradient
-    that needs no reduction back to its input's shape): their readers read the source instead, so no call
-    is made for them and the chains through them stay visible to batching and scans. One that is returned,
-    or an update, stays."""
+    """``graph`` and ``order`` without the nodes a plan need not run.
+
+    Identity nodes (``stop_gradient``: at these sizes, e.g., a gradient that needs no reduction back to
+    its input's shape) are skipped: their readers read the source instead, so no call is made for them
+    and the chains through them stay visible to batching and scans. One that is returned, or an update,
+    stays. Nodes nothing reads any more are dropped too: :func:`specialize` gives readers of a shape the
+    concrete one, so a value kept only for its shape (the ``x @ W`` whose gradient is broadcast back to
+    its shape) is not computed. Placeholders and parameters stay: the call still takes them.
+    """
     nodes = graph.nodes
     keep = set(graph.outputs) | {i for pair in graph.updates for i in pair}
     alias, kept = {}, {}
@@ -242,10 +247,17 @@ def skip_identities(graph, order):
             alias[i] = node.inputs[0]
             continue
         kept[i] = node
-    if not alias:
+    read = set(keep)
+    for i in reversed(order):
+        if i in kept and (i in read or kept[i].op in ("placeholder", "parameter")):
+            read.update(kept[i].inputs)
+    dead = [i for i in kept if i not in read and kept[i].op not in ("placeholder", "parameter")]
+    if not alias and not dead:
         return graph, order
+    for i in dead:
+        del kept[i]
     from .graph import Graph
-    return Graph(kept, graph.outputs, graph.updates, graph.inputs), [i for i in order if i not in alias]
+    return Graph(kept, graph.outputs, graph.updates, graph.inputs), [i for i in order if i in kept]
 
 
 def specialize(graph, order, shapes):
@@ -275,6 +287,11 @@ def specialize(graph, order, shapes):
             lead, kept = unstretched_axes(shapes[node.inputs[0]], shapes[node.inputs[1]])
             if not lead and not kept:    # nothing was stretched at these sizes: the gradient passes as is
                 node = node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
+            elif not (lead and kept) and node.dtype.kind in "fc":
+                # the one np.sum the kernel would make, with the axes known now: the reference is not
+                # read (integers are left alone: np.sum widens them, sum_like keeps g's dtype)
+                node = node.copy(op="sum", inputs=node.inputs[:1], attrs={"axis": lead or kept,
+                                                                          "keepdims": not lead})
         elif node.inputs and REGISTRY[op].has(ELEMENTWISE) and all(nodes[j].op == "constant" for j in node.inputs) \
                 and math.prod(shape) <= 64:
             # Constants made from run-time sizes (1/N of a mean's gradient) fold once per plan.
@@ -326,6 +343,7 @@ def costs(graph, shapes=None) -> dict:
     shapes = shapes or nominal_shapes(graph, order)
     from .graph import Graph
     concrete = Graph(specialize(graph, order, shapes), graph.outputs, graph.updates, graph.inputs)
+    concrete, order = skip_identities(concrete, order)      # what a plan runs, as the executor builds it
     memory = plan_memory(concrete, order, shapes)
     return {"flops": sum(node_flops(graph.nodes[i], shapes) for i in order),
             "peak_bytes": memory.peak_planned, "peak_bytes_unplanned": memory.peak_unplanned}

@@ -542,3 +542,45 @@ def test_an_elementwise_result_of_a_transposed_operand_keeps_numpy_layout():
         planned._scalar = plain._scalar = False
         plain._memory_planning = False
         assert planned(X) == plain(X)
+
+
+def _updates_only_step():
+    """A step that returns nothing: the forward values are needed only for the shapes of gradients."""
+    x, z = sg.placeholder((None, 2), name="x"), sg.placeholder((None, 3), name="z")
+    W = sg.parameter(np.array([[0.5], [-1.5]]), name="W")
+    (gW,) = sg.grad(sg.mean((x @ W) * z), [W])
+    return x, z, W, sg.compile([], inputs=[x, z], updates=[(W, W - 0.1 * gW)])
+
+
+@pytest.mark.parametrize("scalar", [False, True], ids=["numpy plan", "scalar plan"])
+def test_a_value_read_only_for_its_shape_is_not_computed(rng, scalar):
+    # mean's gradient is broadcast to the shape of (x @ W) * z, and mul's is summed back to x @ W's: at
+    # known sizes neither product is needed; only the backward matmul x.T @ g is left
+    x, z, W, fn = _updates_only_step()
+    fn._scalar = scalar
+    X, Z = rng.normal(size=(4, 2)), rng.normal(size=(4, 3))
+    fn(X, Z)
+    assert fn.source.count("# matmul") == 1 and "# matmul [backward" in fn.source
+    assert fn.source.count("# mul [update]") == 1          # 0.1 * gW; not (x @ W) * z
+    assert "sum_like" not in fn.source
+    np.testing.assert_allclose(W.value, np.array([[0.5], [-1.5]]) - 0.1 * X.T @ Z.sum(1, keepdims=True) / 12,
+                               rtol=1e-14)
+
+
+@pytest.mark.parametrize("x_shape, g_shape", [((None, 1), (None, 3)), ((None,), (4, None)), ((None, 1), (5, None, 3))],
+                         ids=["size-1 axis", "leading axis", "both"])
+def test_sum_like_at_known_sizes_is_the_same_sum(rng, x_shape, g_shape):
+    from staticgrad.ops.reduce import _sum_like_kernel
+    x = sg.placeholder(x_shape, name="x", requires_grad=True)
+    z = sg.placeholder(g_shape, name="z")
+    (gx,) = sg.grad(sg.sum(sg.sin(x * z)), [x])
+    assert gx.op == "sum_like"
+    fn = sg.compile(gx, inputs=[x, z])
+    fn._scalar = False
+    X = rng.normal(size=tuple(7 if d is None else d for d in x_shape))
+    Z = rng.normal(size=tuple(7 if d is None else d for d in g_shape))
+    want = _sum_like_kernel(np.cos(X * Z) * Z, X)
+    got = fn(X, Z)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    # one np.sum is the kernel's own call; two (leading and size-1 axes) stay sum_like
+    assert ("sum_like" in fn.source) == (len(g_shape) > len(x_shape) and 1 in x_shape)
