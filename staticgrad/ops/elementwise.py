@@ -199,8 +199,10 @@ def _minimum_vjp(g, out, x, y):
             where(y < x, g, where(equal(x, y), half, 0)))
 
 
-_def("maximum", np.maximum, _maximum_vjp, COMMUTATIVE)
-_def("minimum", np.minimum, _minimum_vjp, COMMUTATIVE)
+# Not COMMUTATIVE: of two equal values numpy returns the second, so maximum(-0.0, 0.0) is 0.0 and
+# maximum(0.0, -0.0) is -0.0 (and of two NaNs, the first one's payload).
+_def("maximum", np.maximum, _maximum_vjp)
+_def("minimum", np.minimum, _minimum_vjp)
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
