@@ -16,8 +16,8 @@ from . import scalar_math
 # One scalar expression per op, over the operands' float64 values {0}, {1}, {2} (False/True as 0.0/1.0).
 SCALAR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "pow": "power({0}, {1})", "exp": "math.exp({0})", "log": "math.log({0})",
-    "log1p": "math.log1p({0})", "expm1": "math.expm1({0})", "sqrt": "math.sqrt({0})",
+    "neg": "(-{0})", "pow": "power({0}, {1})", "pow_each": "({0} ** {1})", "exp": "math.exp({0})",
+    "log": "math.log({0})", "log1p": "math.log1p({0})", "expm1": "math.expm1({0})", "sqrt": "math.sqrt({0})",
     "sin": "math.sin({0})", "cos": "math.cos({0})", "tanh": "math.tanh({0})", "abs": "abs({0})",
     "square": "({0} * {0})", "sigmoid": "sigmoid({0})", "softplus": "softplus({0})",
     "relu": "maximum({0}, 0.0)", "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
@@ -45,8 +45,43 @@ class Region:
         self.outputs = []          # ids of region nodes that something outside reads
 
 
+def one_exponent(nodes, shapes, node):
+    """Whether numpy's power loop reads one exponent for every element of ``node`` (a pow), as it does
+    for a scalar exponent: its step is then 0, and numpy takes shortcuts (a square root for 0.5, where
+    sqrt(-0.0) is -0.0 and sqrt(-inf) nan; IEEE pow gives 0.0 and inf). False when it reads one exponent
+    per element (pow); None when that depends on how numpy orders its loops (an exponent broadcast along
+    some axes only, e.g. (3, 1) against (3, 4): numpy 2.4 gives pow there but sqrt for (2, 1, 1)
+    against (3, 4)).
+    """
+    base, exp = node.inputs
+    out, a, b = tuple(shapes[node.id]), tuple(shapes[base]), tuple(shapes[exp])
+    if math.prod(out) == 1:
+        # One element: the exponent steps by its size only in numpy's loop for operands of the output's
+        # shape (or a 0-d base); otherwise size-1 axes step by 0.
+        return not (out and b == out and (a == out or not a))
+    source = exp
+    while nodes[source].op == "broadcast_to":       # a view: numpy reads its source's numbers
+        source = nodes[source].inputs[0]
+    if math.prod(b) == 1 or math.prod(shapes[source]) == 1:
+        return True
+    padded = (1,) * (len(out) - len(b)) + b
+    if source != exp or any(n == 1 and m > 1 for n, m in zip(padded, out)):
+        return None
+    return False
+
+
+def instruction_op(nodes, shapes, node):
+    """The op whose loop computes ``node``: pow is numpy's power with one exponent for all elements (its
+    shortcuts), pow_each IEEE pow, as numpy computes an exponent read per element."""
+    if node.op == "pow" and one_exponent(nodes, shapes, node) is False:
+        return "pow_each"
+    return node.op
+
+
 def _fusible(node, shapes, nodes):
-    if node.op not in SCALAR or node.dtype not in _RESULT_DTYPES:
+    if node.op not in SCALAR or node.op == "pow_each" or node.dtype not in _RESULT_DTYPES:
+        return False
+    if node.op == "pow" and one_exponent(nodes, shapes, node) is None:
         return False
     shape = shapes[node.id]
     if math.prod(shape) == 0:
@@ -182,7 +217,7 @@ def lower(graph, region, shapes) -> Code:
         rounding = AS_FLOAT32 if node.dtype == np.float32 else 0
         if node.dtype == np.bool_ and node.op not in COMPARISONS:
             rounding = AS_BOOL
-        code.append((_OPCODE[node.op], rounding, dst, *operands))
+        code.append((_OPCODE[instruction_op(nodes, shapes, node)], rounding, dst, *operands))
         reg[i] = dst
         if i in out_row:
             code.append((STORE, 0, out_row[i], dst, 0, 0))

@@ -173,7 +173,7 @@ def fused_program(graph, order, params, inputs, shapes):
     regions = [r for r in regions if r.outputs and worth_fusing(r, shapes)]
     if not regions:
         return None, time.perf_counter() - start
-    interpret = interpreter({graph.nodes[i].op for r in regions for i in r.nodes})
+    interpret = interpreter({fuse.instruction_op(graph.nodes, shapes, graph.nodes[i]) for r in regions for i in r.nodes})
     fused = [(Kernel(fuse.lower(graph, r, shapes), interpret), r) for r in regions]
     # The rest of the plan keeps a workspace, planned over the new order. A region's nodes are consecutive
     # there and its kernel returns fresh arrays, so they take no slot, and an input dying inside a region

@@ -22,8 +22,9 @@ def minimum(a, b):
 
 
 def power(a, b):
-    # numpy's power takes a square root for an exponent of 0.5: sqrt(-inf) is nan and sqrt(-0.0) is -0.0,
-    # where IEEE pow gives inf and 0.0 (the other results are the same).
+    # numpy's power loop, reading one exponent for all elements (fuse.one_exponent), takes a square root
+    # for 0.5: sqrt(-inf) is nan and sqrt(-0.0) is -0.0, where IEEE pow gives inf and 0.0 (its other
+    # shortcuts, for -1, 0, 1 and 2, give pow's results).
     if b == 0.5 and (a == 0.0 or a == -math.inf):
         return a if a == 0.0 else math.nan
     return a ** b

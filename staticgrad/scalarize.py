@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from . import scalar_math
+from . import fuse, scalar_math
 from .codegen import comment, identifier
 
 MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
@@ -202,10 +202,8 @@ def _node(em, node, ins, shapes, nodes):
         return _atoms(node.value.shape, lambda k: _literal(node.value.reshape(-1)[k]))
     if op in _UNARY:
         return _elementwise(em, _UNARY[op], ins, shape)
-    if op == "pow" and all(e == "0.5" for e in np.asarray(ins[1]).reshape(-1)):
-        # numpy's power takes a scalar exponent of 0.5 for a square root: sqrt(-inf) is nan, sqrt(-0.0)
-        # is -0.0 (math.pow gives inf and 0.0); math.sqrt raises on negatives, and numpy's plan runs.
-        return _elementwise(em, "sqrt({0})", ins, shape)
+    if op == "pow":
+        return _elementwise(em, _power(node, ins[1], shapes, nodes), ins, shape)
     if op in _BINARY:
         return _elementwise(em, _BINARY[op], ins, shape)
     if op == "where":
@@ -259,6 +257,29 @@ def _node(em, node, ins, shapes, nodes):
             out[cell] = g if out[cell] == "0.0" else em.assign(f"({out[cell]} + {g})")
         return out
     raise Unsupported(op)
+
+
+def _power(node, exponent, shapes, nodes):
+    """The expression numpy's power computes: where its loop reads one exponent for all elements, a
+    square root for 0.5 (sqrt(-inf) is nan, sqrt(-0.0) -0.0; math.pow gives inf and 0.0), else pow.
+    math.sqrt and math.pow raise on negative bases, and numpy's plan runs."""
+    one = fuse.one_exponent(nodes, shapes, node)
+    numbers = [_number(e) for e in np.asarray(exponent).reshape(-1)]
+    if one is None and not all(v is not None and v != 0.5 for v in numbers):
+        raise Unsupported("an exponent broadcast along some axes only: numpy's loop order decides")
+    if not one or all(v is not None and v != 0.5 for v in numbers):
+        return "pow({0}, {1})"
+    if all(v == 0.5 for v in numbers):
+        return "sqrt({0})"
+    return "(sqrt({0}) if {1} == 0.5 else pow({0}, {1}))"
+
+
+def _number(atom):
+    """The value of a literal atom (see _literal); None for a name."""
+    try:
+        return float(atom.strip("()"))
+    except ValueError:
+        return None
 
 
 def _matmul(em, a, b, shape):

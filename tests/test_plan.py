@@ -506,6 +506,20 @@ def test_scalar_gradient_of_abs_at_negative_zero_is_positive_zero():
     assert _bits_equal(got, want) and not np.signbit(got[0]), (got, want)
 
 
+@pytest.mark.parametrize("exponent", ["one fed number", "fed array", "constant array"])
+def test_scalar_power_takes_numpys_square_root_only_for_one_exponent(exponent):
+    # numpy's power loop takes sqrt for an exponent of 0.5 only where it reads one exponent for all
+    # elements: sqrt(-0.0) is -0.0 and sqrt(-inf) nan, where pow (an array of exponents) gives 0.0 and inf
+    x = sg.placeholder((8,), name="x")
+    y = sg.placeholder(() if exponent == "one fed number" else (8,), name="y")
+    e = sg.constant(np.full(8, 0.5)) if exponent == "constant array" else y
+    Y = np.array(0.5) if exponent == "one fed number" else np.full(8, 0.5)
+    # (where a base is negative, or sqrt(-inf) raises, numpy's plan runs: one edge per feed)
+    for X in ([-0.0, 0.0, np.inf, np.nan, 4.0, 2.0, 9.0, 0.5], [-np.inf, 0.0, np.inf, 1.0, 4.0, 2.0, 9.0, 0.5]):
+        want, got = forced_scalar_results(x ** e - y * 0.0, [x, y], [np.array(X), Y])
+        assert _bits_equal(got, want), (got, want)
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 def test_scalar_row_sums_of_softmax_add_in_numpy_order(op):
     # numpy sums the row's exp(x - max) pairwise (12 numbers: 8 partial sums); in order, the last bit
@@ -584,3 +598,15 @@ def test_sum_like_at_known_sizes_is_the_same_sum(rng, x_shape, g_shape):
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
     # one np.sum is the kernel's own call; two (leading and size-1 axes) stay sum_like
     assert ("sum_like" in fn.source) == (len(g_shape) > len(x_shape) and 1 in x_shape)
+
+
+def test_a_broadcast_to_the_size_already_there_makes_no_call(rng):
+    # a grad_output of run-time size is broadcast_like y; at the size y has it passes as is
+    v = sg.placeholder((None, 3), requires_grad=True, name="v")
+    go = sg.placeholder((None, 3), name="go")
+    fn = sg.compile(sg.grad(sg.tanh(v), v, grad_output=go), inputs=[v, go])
+    fn._scalar = False
+    V, G = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    np.testing.assert_array_equal(fn(V, G), G * (1 - np.tanh(V) ** 2))
+    assert "broadcast" not in fn.source
+    np.testing.assert_array_equal(fn(V, G[:1]), G[:1] * (1 - np.tanh(V) ** 2))
