@@ -271,7 +271,10 @@ def specialize(graph, order, shapes):
         node = graph.nodes[i]
         op, shape = node.op, shapes[i]
         if op == "broadcast_like":
-            node = node.copy(op="broadcast_to", inputs=node.inputs[:1], attrs={"shape": tuple(shape)})
+            if tuple(shapes[node.inputs[0]]) == tuple(shape):      # nothing to stretch at these sizes
+                node = node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
+            else:
+                node = node.copy(op="broadcast_to", inputs=node.inputs[:1], attrs={"shape": tuple(shape)})
         elif op == "reshape_like":
             node = node.copy(op="reshape", inputs=node.inputs[:1], attrs={"shape": tuple(shape)})
         elif op in ("size", "zeros_like"):

@@ -60,6 +60,9 @@ def _fold_through_broadcasts(new, node, inputs):
                 refs.add(x.inputs[1])
         else:
             return None
+    # A reference of unknown size is also a check made when the call runs ((5, 3) against (None, 3) must
+    # have 5 rows then): the folded value keeps a broadcast_like of it, never a plain broadcast_to.
+    checked = None in node.shape or any(None in new.nodes[r].shape for r in refs)
     if None in node.shape:
         # Only a reference of the node's own static shape stands for its run-time shape: another operand
         # may widen it ((N, 1) against a constant (3,) is (N, 3)), and two references may differ (1 and N).
@@ -68,6 +71,10 @@ def _fold_through_broadcasts(new, node, inputs):
         (ref,) = refs
         if tuple(new.nodes[ref].shape) != tuple(node.shape):
             return None
+    elif checked:
+        if len(refs) != 1:
+            return None
+        (ref,) = refs
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         value = np.array(REGISTRY[node.op].kernel(*values, **node.attrs), dtype=node.dtype)
@@ -75,7 +82,7 @@ def _fold_through_broadcasts(new, node, inputs):
     const = Node("constant", (), {}, value.shape, value.dtype, role=node.role, value=value, source=node.source,
                  scope=node.scope)
     new.add(const)
-    if None in node.shape:
+    if checked:
         new.add(node.copy(op="broadcast_like", inputs=[const.id, ref], attrs={}))
     else:
         new.add(node.copy(op="broadcast_to", inputs=[const.id], attrs={"shape": tuple(node.shape)}))

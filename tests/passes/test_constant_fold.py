@@ -1,5 +1,6 @@
 """constant_fold: every node whose inputs are all constants becomes one constant, with the same value."""
 import numpy as np
+import pytest
 
 import staticgrad as sg
 from staticgrad import ops
@@ -172,3 +173,15 @@ def test_a_broadcast_like_of_the_nodes_own_shape_still_folds():
     folded, _ = constant_fold.run(graph)
     assert ops_of(folded).get("mul", 0) == 0
     assert_same_values(run_graph(folded, np.ones((5, 1))), before)
+
+
+def test_a_broadcast_like_over_a_reference_of_unknown_size_keeps_its_run_time_check():
+    # grad_output (5, 3) against y (None, 3): the folded seed has a static shape, but a call with 4 rows
+    # must still fail, as it does unoptimized (a broadcast_to would have returned 5 rows)
+    v = sg.placeholder((None, 3), requires_grad=True, name="v")
+    (g,) = sg.grad(v * 2.0, [v], grad_output=np.ones((5, 3)))
+    for optimize in (True, False):
+        fn = sg.compile(g, inputs=[v], optimize=optimize)
+        np.testing.assert_array_equal(fn(np.ones((5, 3))), np.full((5, 3), 2.0))
+        with pytest.raises(sg.ShapeError, match="broadcast"):
+            fn(np.ones((4, 3)))
