@@ -25,7 +25,7 @@ MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 
 _UNARY = {
     "neg": "(-{0})", "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
-    "sqrt": "sqrt({0})", "sin": "sin({0})", "cos": "cos({0})", "tanh": "tanh({0})", "abs": "abs({0})",
+    "sqrt": "sqrt({0})", "sin": "sin({0})", "cos": "cos({0})", "abs": "abs({0})",
     "square": "({0} * {0})", "relu": "({0} if not {0} <= 0.0 else 0.0)", "stop_gradient": "{0}",
     "sigmoid": "sigmoid({0})", "softplus": "softplus({0})", "sign": "sign({0})",
 }
@@ -38,14 +38,26 @@ _BINARY = {
 }
 _VIEWS = ("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "getitem")
 _ROWWISE = ("softmax", "log_softmax", "logsumexp")
-SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | {
+# numpy's own kernels whose bits libm's (the math module's) do not give: one numpy call per node instead
+# (numpy 2.4 on AVX2: np.tanh is a SIMD polynomial 1 ulp from math.tanh on about a third of inputs; exp,
+# log, log1p, expm1, sqrt, sin, cos, pow, and so sigmoid and softplus, agree on 1e5 inputs of six ranges)
+_NUMPY_KERNELS = {"tanh": ("tanh_one", "tanh_each")}
+SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | set(_NUMPY_KERNELS) | {
     "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy", "one_hot", "concatenate",
     "stack", "getitem_grad", "constant", "placeholder", "parameter"}
 
 
+def _tanh_one(value):
+    return float(np.tanh(value))       # (a Python float: the generated code's division must still raise)
+
+
+def _tanh_each(values):
+    return np.tanh(values).tolist()    # one call for a node's elements: 4 or more cost less than one each
+
+
 HELPERS = dict(scalar_math.FUNCTIONS, exp=math.exp, log=math.log, log1p=math.log1p, expm1=math.expm1,
-               sqrt=math.sqrt, sin=math.sin, cos=math.cos, tanh=math.tanh, pow=math.pow, np=np,
-               inf=math.inf, nan=math.nan)
+               sqrt=math.sqrt, sin=math.sin, cos=math.cos, pow=math.pow, tanh_one=_tanh_one,
+               tanh_each=_tanh_each, np=np, inf=math.inf, nan=math.nan)
 
 
 class Unsupported(Exception):
@@ -109,6 +121,12 @@ class _Emitter:
         name = f"s{self.count}"
         self.lines.append(f"    {name} = {expr}")
         return name
+
+    def assign_many(self, expr, n):
+        names = [f"s{self.count + k + 1}" for k in range(n)]
+        self.count += n
+        self.lines.append(f"    {', '.join(names)}, = {expr}")
+        return names
 
 
 def _literal(value):
@@ -202,6 +220,13 @@ def _node(em, node, ins, shapes, nodes):
         return _atoms(node.value.shape, lambda k: _literal(node.value.reshape(-1)[k]))
     if op in _UNARY:
         return _elementwise(em, _UNARY[op], ins, shape)
+    if op in _NUMPY_KERNELS:
+        one, each = _NUMPY_KERNELS[op]
+        values = np.broadcast_to(ins[0], shape).reshape(-1).tolist()
+        if len(values) < 4:
+            return _elementwise(em, one + "({0})", ins, shape)
+        names = em.assign_many(f"{each}(({', '.join(values)},))", len(values))
+        return np.array(names, dtype=object).reshape(shape)
     if op == "pow":
         return _elementwise(em, _power(node, ins[1], shapes, nodes), ins, shape)
     if op in _BINARY:
