@@ -27,11 +27,12 @@ def _all_equal(rw, n, value) -> bool:
     return bool(np.all(v == value))
 
 
-def _zero_operand(rw, node, negative, positions):
-    """The operand ``x`` of ``x + z`` / ``x - z`` when the result is exactly x.
+def _zero_operand(rw, node, positions):
+    """The operand ``x`` of ``x + z`` / ``x - z`` for a zero ``z`` of x's dtype and shape.
 
-    IEEE's neutral zero for addition is -0.0 (-0.0 + 0.0 is +0.0), and for subtraction +0.0. An integer
-    zero is neutral only in integer arithmetic: on floats it becomes +0.0.
+    The result is x, with one IEEE difference this pass accepts (as PyTensor does): -0.0 + 0.0 and
+    -0.0 - (-0.0) are +0.0, where x itself keeps -0.0. Values are equal (-0.0 == 0.0); NaN and infinities
+    pass unchanged. An integer zero is neutral only in integer arithmetic: on floats it changes the dtype.
     """
     kind = node.dtype.kind
     if kind in "iub":
@@ -42,7 +43,7 @@ def _zero_operand(rw, node, negative, positions):
     for k, (x, z) in enumerate(((a, b), (b, a))):
         v = rw.const_value(z)
         if (k in positions and same_type(x, node) and v is not None and v.size and v.dtype.kind == "f"
-                and not np.any(v) and bool(np.all(np.signbit(v) == negative))):
+                and not np.any(v)):
             return x
     return None
 
@@ -58,8 +59,8 @@ def _negation_is_exact(b, node) -> bool:
 
 
 def add_zero(rw, node):
-    """x + (-0.0) -> x; a + -b -> a - b; -a + b -> b - a (x + 0.0 stays: for x = -0.0 it is +0.0)."""
-    x = _zero_operand(rw, node, negative=True, positions=(0, 1))
+    """x + 0 -> x; a + -b -> a - b; -a + b -> b - a."""
+    x = _zero_operand(rw, node, positions=(0, 1))
     if x is not None:
         return x
     a, b = rw.inputs(node)
@@ -72,8 +73,8 @@ def add_zero(rw, node):
 
 
 def sub_zero(rw, node):
-    """x - 0.0 -> x; a - -b -> a + b."""
-    x = _zero_operand(rw, node, negative=False, positions=(0,))
+    """x - 0 -> x; a - -b -> a + b."""
+    x = _zero_operand(rw, node, positions=(0,))
     if x is not None:
         return x
     a, b = rw.inputs(node)
@@ -163,13 +164,14 @@ def squeeze_expand(rw, node):
 
 
 def sum_size_one(rw, node):
-    """An integer sum or mean over axes of size 1 only -> x itself (keepdims) or x squeezed.
+    """A sum or mean over axes of size 1 only -> x itself (keepdims) or x squeezed.
 
-    Not for floats: numpy's reduction starts from +0.0, so the sum of a single -0.0 is +0.0.
+    The same numbers, with the sign-of-zero difference of x + 0: numpy's reduction starts from +0.0, so its
+    sum of a single -0.0 is +0.0. Not where the dtype changes (numpy sums int32 into int64).
     """
     (x,) = rw.inputs(node)
     axes = node.attrs["axis"]
-    if not axes or any(x.shape[a] != 1 for a in axes) or x.dtype != node.dtype or x.dtype.kind in "fc":
+    if not axes or any(x.shape[a] != 1 for a in axes) or x.dtype != node.dtype:
         return None
     if node.attrs["keepdims"]:
         return x
@@ -282,10 +284,11 @@ for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh
 
 def run(graph):
     """x+0, x-0, x*1, x/1, --x, transpose of transpose, reshape to the same shape, reshape of reshape,
-    integer sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b
+    sums over size-1 axes, chained constant scalings ((x*2)*3 -> x*6), x*-1 -> -x, a + -b -> a - b
     (unless -b wraps in a narrower integer dtype than the sum's) and scalar broadcasts read directly. Each
-    rewrite keeps the node's shape and dtype, and none turns a NaN or an infinity into a number (no
-    x*0 -> 0, no x-x -> 0).
+    rewrite keeps the node's shape and dtype and every value; none turns a NaN or an infinity into a number
+    (no x*0 -> 0, no x-x -> 0). The one bit it may change is the sign of a zero: x + 0 and a sum over one
+    number give -0.0 where numpy's addition gives +0.0.
     """
     graph, fired, fixed = rewrite_graph(graph, RULES)
     return graph, PassStats("simplify", changed=fired, fixed_point=fixed)

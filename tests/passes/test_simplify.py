@@ -18,19 +18,19 @@ def compiled(out, inputs, passes=SIMPLIFY):
     return sg.compile(out, inputs=inputs, passes=passes)
 
 
-def same(a, b):
-    """Equal values, shape and dtype, and the sign of every zero; NaN equals NaN (the point is that NaN/Inf
-    survive)."""
+def same(a, b, zero_signs=True):
+    """Equal values, shape and dtype, and (unless told otherwise) the sign of every zero; NaN equals NaN
+    (the point is that NaN/Inf survive)."""
     a, b = np.asarray(a), np.asarray(b)
     if not (a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)):
         return False
-    return a.dtype.kind != "f" or np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0]))
+    return not zero_signs or a.dtype.kind != "f" or np.array_equal(np.signbit(a[a == 0]), np.signbit(b[b == 0]))
 
 
 X = np.array([[1.5, -2.0, -0.0], [np.inf, np.nan, -0.25]])      # -0.0: x + 0.0 is +0.0 there
 
 
-def check_against_unoptimized(out, inputs, feeds, passes=SIMPLIFY):
+def check_against_unoptimized(out, inputs, feeds, passes=SIMPLIFY, zero_signs=True):
     fast = compiled(out, inputs, passes)
     slow = sg.compile(out, inputs=inputs, optimize=False)
     with np.errstate(all="ignore"):
@@ -38,9 +38,9 @@ def check_against_unoptimized(out, inputs, feeds, passes=SIMPLIFY):
     if not isinstance(out, sg.Tensor):
         assert len(got) == len(want)
         for k, (a, b) in enumerate(zip(got, want)):
-            assert same(a, b), f"output {k}: simplified gives\n{a}\nunoptimized gives\n{b}"
+            assert same(a, b, zero_signs), f"output {k}: simplified gives\n{a}\nunoptimized gives\n{b}"
         return fast
-    assert same(got, want), f"simplified gives\n{got}\nunoptimized gives\n{want}"
+    assert same(got, want, zero_signs), f"simplified gives\n{got}\nunoptimized gives\n{want}"
     return fast
 
 
@@ -67,6 +67,20 @@ IDENTITIES = {
 def test_identity_leaves_only_the_input(build):
     x = sg.placeholder((2, 3), name="x")
     fn = check_against_unoptimized(build(x), [x], [X])
+    assert ops_of(fn) == {"placeholder": 1}
+
+
+# x + 0.0 is x except for the sign of one zero: -0.0 + 0.0 is +0.0 (issue 3 lists x+0; PyTensor drops it too)
+ZERO_SIGN_IDENTITIES = {
+    "x+0.0": lambda x: x + 0.0, "0.0+x": lambda x: 0.0 + x, "x+0": lambda x: x + 0,
+    "x+zeros": lambda x: x + sg.constant(np.zeros((2, 3))), "x-(-0.0)": lambda x: x - (-0.0),
+}
+
+
+@pytest.mark.parametrize("build", ZERO_SIGN_IDENTITIES.values(), ids=ZERO_SIGN_IDENTITIES.keys())
+def test_adding_zero_leaves_the_input_with_the_same_values(build):
+    x = sg.placeholder((2, 3), name="x")
+    fn = check_against_unoptimized(build(x), [x], [X], zero_signs=False)
     assert ops_of(fn) == {"placeholder": 1}
 
 
@@ -99,11 +113,11 @@ def test_an_integer_sum_over_a_size_one_axis_is_the_input(keepdims):
 
 
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_a_float_sum_over_a_size_one_axis_stays(reduce):
-    # numpy's reduction starts from +0.0: the sum (and mean) of the single number -0.0 is +0.0
+def test_a_float_sum_over_a_size_one_axis_is_the_input(reduce):
+    # the same numbers; only numpy's sum of a single -0.0 is +0.0 (its reduction starts from +0.0)
     x = sg.placeholder((2, 1, 3), name="x")
-    fn = check_against_unoptimized(getattr(sg, reduce)(x, axis=1), [x], [X.reshape(2, 1, 3)])
-    assert ops_of(fn)[reduce] == 1
+    fn = check_against_unoptimized(getattr(sg, reduce)(x, axis=1), [x], [X.reshape(2, 1, 3)], zero_signs=False)
+    assert ops_of(fn)[reduce] == 0
 
 
 def test_sum_over_a_real_axis_stays():
@@ -180,17 +194,6 @@ def test_simplify_reports_what_it_did():
 
 # ------------------------------------------------------------------ rewrites that must not happen
 NAN_INF = np.array([np.nan, np.inf, -np.inf, 0.0, 2.0])
-
-
-@pytest.mark.parametrize("build", [lambda x: x + 0.0, lambda x: 0.0 + x, lambda x: x + 0,
-                                   lambda x: x + sg.constant(np.zeros((2, 3))), lambda x: x - (-0.0)],
-                         ids=["x+0.0", "0.0+x", "x+0", "x+zeros", "x-(-0.0)"])
-def test_adding_plus_zero_is_kept_because_it_turns_minus_zero_into_plus_zero(build):
-    # -0.0 + 0.0 is +0.0 in IEEE arithmetic, and 1 / that is +inf where 1 / x is -inf
-    x = sg.placeholder((2, 3), name="x")
-    fn = check_against_unoptimized(1.0 / build(x), [x], [X], passes=list(sg.passes.DEFAULT))
-    with np.errstate(divide="ignore"):
-        assert fn(X)[0, 2] == np.inf
 
 
 @pytest.mark.parametrize("build, op", [
