@@ -195,7 +195,7 @@ def _esc(text) -> str:
 def node_lines(pic, node) -> list:
     """The label of ``node`` as lines of (already escaped) HTML."""
     if node.op == "constant" and node.value is not None and np.size(node.value) <= 4:
-        head = f"<B>{_esc(format_value(node.value))}</B>" + (f" {_esc(node.name)}" if node.name else "")
+        head = f"constant <B>{_esc(format_value(node.value))}</B>" + (f" {_esc(node.name)}" if node.name else "")
     else:
         head = f"<B>{_esc(node.op)}</B>" + (f" {_esc(node.name)}" if node.name else "")
     lines = [head, f'<FONT POINT-SIZE="10">{_esc(format_shape(node.shape))} {_esc(node.dtype)}</FONT>']
@@ -295,9 +295,9 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
         clusters[key] = sub
         return sub
 
-    # Nodes, or one box per collapsed name scope and role.
+    # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together).
     drawn = {}          # node id -> the DOT name standing for it
-    boxes = {}          # DOT name of a box -> {"role", "scope", "ids"}
+    boxes = {}          # DOT name of a box -> {"roles": {role: count}, "scope", "ids"}
     for node in graph.nodes.values():
         if node.id not in keep:
             continue
@@ -305,8 +305,10 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
         scope = pic.scope_of(node)
         group = _collapsed_group(scope, collapse)
         if group is not None:
-            box = f"scope_{_cluster_id(role, group)}"
-            boxes.setdefault(box, {"role": role, "scope": group, "ids": []})["ids"].append(node.id)
+            box = f"scope_{_cluster_id(group)}"
+            info = boxes.setdefault(box, {"roles": {}, "scope": group, "ids": []})
+            info["ids"].append(node.id)
+            info["roles"][role] = info["roles"].get(role, 0) + 1
             drawn[node.id] = box
             continue
         attrs = dict(STYLES[role])
@@ -328,6 +330,8 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
                                    tooltip=tooltip(pic, node), **attrs))
         drawn[node.id] = str(node.id)
     for box, info in boxes.items():
+        # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
+        info["role"] = next(r for r in ("forward", "backward", "update") if r in info["roles"])
         _add_box(pic, box, info, cluster_for(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
 
     if view == "full":
@@ -349,9 +353,14 @@ def _add_box(pic, box, info, cluster):
         if n.inputs:
             ops[n.op] = ops.get(n.op, 0) + 1
     params = [n for n in nodes if n.op == "parameter"]
-    lines = [f"<B>{_esc(info['scope'])}</B>" + (" (backward)" if info["role"] == "backward" else ""),
+    roles = info["roles"]
+    lines = [f"<B>{_esc(info['scope'])}</B>" + (f" ({info['role']})" if len(roles) == 1 and "forward" not in roles
+                                                else ""),
              f'<FONT POINT-SIZE="10">{len(nodes)} nodes: '
              + _esc(", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))) + "</FONT>"]
+    if len(roles) > 1:
+        lines.append('<FONT POINT-SIZE="10">' + ", ".join(f"{roles[r]} {r}" for r in ("forward", "backward", "update")
+                                                          if r in roles) + "</FONT>")
     if params:
         lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{label(p)} {format_shape(p.shape)}"
                                                                for p in params)) + "</FONT>")
@@ -499,20 +508,21 @@ def to_dot(target, stage="optimized", *, feeds=None, collapse=False, around=None
 def save_dot(target, path, **kwargs):
     """Write ``target`` (a pydot.Dot, or anything ``to_dot`` takes, with its keyword arguments) to ``path``.
 
-    ``.dot``/``.gv`` get the DOT text; ``.svg``, ``.png`` and ``.pdf`` are rendered by Graphviz's ``dot``.
-    Returns ``path``.
+    ``.dot``/``.gv`` get the DOT text. ``.svg``, ``.png`` and ``.pdf`` are rendered by Graphviz's ``dot``, and
+    the DOT text is written beside them (``x.svg`` and ``x.dot``), also when Graphviz is missing and the
+    rendering fails. Returns ``path``.
     """
     dot = target if isinstance(target, pydot.Dot) else to_dot(target, **kwargs)
     path = os.fspath(path)
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    text = dot.to_string()
-    if ext in ("dot", "gv", ""):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return path
-    if ext not in FORMATS:
+    root, ext = os.path.splitext(path)
+    ext = ext.lower().lstrip(".")
+    if ext not in ("dot", "gv", "") and ext not in FORMATS:
         raise ValueError(f"save_dot: cannot write {path!r}; use .dot, .gv, " + ", ".join("." + f for f in FORMATS))
-    render(text, path, ext)
+    text = dot.to_string()
+    with open(path if ext in ("dot", "gv", "") else root + ".dot", "w", encoding="utf-8") as fh:
+        fh.write(text)
+    if ext in FORMATS:
+        render(text, path, ext)
     return path
 
 

@@ -167,13 +167,17 @@ def test_collapse_draws_name_scopes_as_boxes(compiled):
     net, grads, fn = compiled
     everything = dot_nodes(to_dot(fn, collapse=True))
     loose = [i for i, d in fn.graph.nodes(data=True) if not effective_scope(fn, i, d)]
-    groups = {(d["role"], effective_scope(fn, i, d)) for i, d in fn.graph.nodes(data=True) if effective_scope(fn, i, d)}
+    # one box per scope, holding its forward nodes and the backward nodes made for them
+    groups = {effective_scope(fn, i, d) for i, d in fn.graph.nodes(data=True) if effective_scope(fn, i, d)}
     assert len(everything) == len(loose) + len(groups)
-    assert {"scope_forward_layer1", "scope_backward_layer1", "scope_forward_layer2"} <= set(everything)
-    box = everything["scope_forward_layer1"].get("label")
-    assert "6 nodes: 1 transpose, 1 matmul, 1 add, 1 sigmoid" in box and "W (3, 2), b1 (3,)" in box
+    assert {"scope_layer1", "scope_layer2"} <= set(everything)
+    box = everything["scope_layer1"].get("label")
+    inside = [d for i, d in fn.graph.nodes(data=True) if effective_scope(fn, i, d) == "layer1"]
+    forward = sum(d["role"] == "forward" for d in inside)
+    assert f"{len(inside)} nodes:" in box and "transpose" in box and "W (3, 2), b1 (3,)" in box
+    assert f"{forward} forward, {len(inside) - forward} backward" in box
     only = dot_nodes(to_dot(fn, collapse=["layer1"]))
-    assert "scope_forward_layer1" in only and "scope_forward_layer2" not in only
+    assert "scope_layer1" in only and "scope_layer2" not in only
     assert str(net["g"].id) in only and str(net["h"].id) not in only
 
 
@@ -356,7 +360,21 @@ def test_gradients_of_stable_forms_keep_their_scope_and_provenance():
             elif d["op"] not in ("placeholder", "parameter", "constant"):
                 assert d["scope"] == "layer1", (stage, i, d["op"])
     for target in (fn, [loss, g]):
-        assert set(dot_nodes(to_dot(target, collapse=True))) == {
-            str(x.id), str(W.id), "scope_forward_layer1", "scope_backward_layer1"}
+        assert set(dot_nodes(to_dot(target, collapse=True))) == {str(x.id), str(W.id), "scope_layer1"}
     fn(np.ones((4, 2)))
     assert "VJP of softplus, stable form of log node" in fn.source
+
+
+def test_a_small_constant_is_labelled_with_its_op_and_value():
+    x = sg.placeholder((3,), name="x")
+    labels = [d.get("label") for d in dot_nodes(to_dot(x * 2.5)).values()]
+    assert any("constant <B>2.5</B>" in (lab or "") for lab in labels), labels
+
+
+def test_save_dot_writes_the_dot_text_beside_a_rendered_file(tmp_path, monkeypatch):
+    x = sg.placeholder((3,), name="x")
+    monkeypatch.setattr(shutil, "which", lambda name: None)        # no Graphviz: the .dot is still there
+    with pytest.raises(GraphvizNotFound, match="apt-get install graphviz"):
+        save_dot(sg.exp(x), tmp_path / "g.svg")
+    assert (tmp_path / "g.dot").read_text().startswith("digraph")
+    assert not (tmp_path / "g.svg").exists()
