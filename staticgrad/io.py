@@ -154,8 +154,13 @@ def _is_shape(shape, allow_none=True):
 
 # ------------------------------------------------------------------ writing
 def _write_zip(path, text_member, doc, arrays):
-    """Write ``doc`` as JSON and ``arrays`` as .npy members, atomically (a temp file, then a rename)."""
+    """Write ``doc`` as JSON and ``arrays`` as .npy members, atomically (a temp file, then a rename).
+
+    A path without an extension gets ``.npz``, as numpy.savez gives it; the path written is returned.
+    """
     path = os.fspath(path)
+    if not os.path.splitext(path)[1] and not os.path.isdir(path):
+        path += ".npz"
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".staticgrad-", suffix=".tmp", dir=folder)
@@ -297,6 +302,8 @@ def save(fn, path):
 # ------------------------------------------------------------------ reading
 def _read_zip(path, text_member, expected_format):
     path = os.fspath(path)
+    if not os.path.exists(path) and not os.path.splitext(path)[1] and os.path.exists(path + ".npz"):
+        path += ".npz"          # saved under a name without extension, which saving completed
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path!r}")
     try:

@@ -185,6 +185,20 @@ class Tensor:
             raise TypeError(f"{what}: cannot cast {arr.dtype} to {self.dtype}")
         return np.array(arr, dtype=self.dtype, copy=True)
 
+    def parameters(self) -> list:
+        """The parameters this tensor depends on, in the order they were made (``loss.parameters()`` is
+        what an optimizer of that loss trains)."""
+        seen, found, stack = set(), [], [self]
+        while stack:                    # iterative: a chain of a million ops must not recurse
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.op == "parameter":
+                found.append(t)
+            stack.extend(t.inputs)
+        return sorted(found, key=lambda p: p.id)
+
     # ----------------------------------------------------------------- display
     def label(self) -> str:
         return self.name or f"{self.op}_{self.id}"

@@ -336,3 +336,15 @@ def test_a_path_that_cannot_be_written_is_named_in_the_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing"):
         sgio.save_parameters([sg.parameter(np.ones(2))], tmp_path / "missing" / "w.npz")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staticgrad-")]
+
+
+def test_a_path_without_extension_gets_npz_as_numpy_gives_it(tmp_path):
+    x = sg.placeholder((2,), name="x")
+    W = sg.parameter(np.array([1.0, 2.0]), name="W")
+    fn = sg.compile(x * W, inputs=[x])
+    written = sg.save(fn, tmp_path / "model")
+    assert written == str(tmp_path / "model.npz") and (tmp_path / "model.npz").exists()
+    for path in (tmp_path / "model", tmp_path / "model.npz"):
+        np.testing.assert_array_equal(sg.load(path)(np.ones(2)), [1.0, 2.0])
+    assert sg.save_parameters([W], tmp_path / "ckpt") == str(tmp_path / "ckpt.npz")
+    sg.load_parameters([W], tmp_path / "ckpt")

@@ -180,3 +180,15 @@ def test_elementwise_losses_refuse_shapes_that_would_broadcast(loss, what):
     fn = sg.compile(loss(z, 1.0), inputs=[z])
     assert float(fn(np.array([[0.5], [-2.0]]))) == float(sg.compile(loss(z, np.ones((2, 1))), inputs=[z])(
         np.array([[0.5], [-2.0]])))
+
+
+def test_losses_expose_the_parameters_they_depend_on():
+    model = nn.MLP([2, 4, 1], seed=0)
+    x, t = sg.placeholder((None, 2), name="x"), sg.placeholder((None, 1), name="t")
+    out = model(x)
+    for loss in (nn.mse(out, t), nn.binary_cross_entropy_with_logits(out, t)):
+        assert [p.id for p in loss.parameters()] == [p.id for p in model.parameters()]
+    labels = sg.placeholder((None,), dtype="int64", name="labels")
+    head = nn.Linear(2, 3, seed=1)
+    assert [p.id for p in nn.softmax_cross_entropy(head(x), labels).parameters()] == [p.id for p in head.parameters()]
+    assert x.parameters() == []
