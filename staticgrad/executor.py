@@ -38,14 +38,16 @@ class Report:
         self.summary = summary or {}
 
     def __str__(self):
+        # peak bytes of intermediates with memory planning, and with every one kept until the call returns
         header = (f"{'pass':<15}{'before':>7}{'after':>7}{'changed':>8}{'ms':>8}{'flops':>11}{'peak B':>10}"
-                  f"{'fixed':>6}  ops removed / added")
+                  f"{'unplanned':>10}{'fixed':>6}  ops removed / added")
         lines = [header, "-" * len(header)]
         for r in self.rows:
             delta = ", ".join([f"-{n} {op}" for op, n in r["removed"].items()] +
                               [f"+{n} {op}" for op, n in r["added"].items()])
             lines.append(f"{r['pass']:<15}{r['nodes_before']:>7}{r['nodes_after']:>7}{str(r['changed']):>8}"
                          f"{r['seconds'] * 1e3:>8.2f}{_num(r.get('flops')):>11}{_num(r.get('peak_bytes')):>10}"
+                         f"{_num(r.get('peak_bytes_unplanned')):>10}"
                          f"{'yes' if r.get('fixed_point', True) else 'no':>6}  {delta}")
         for key, value in self.summary.items():
             lines.append(f"{key}: {value}")

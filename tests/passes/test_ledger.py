@@ -185,3 +185,17 @@ def test_run_pipeline_returns_the_graph_and_rows():
     new, rows = passes.run_pipeline(graph, ["simplify", "dce"])
     assert [r["pass"] for r in rows] == ["simplify", "dce"]
     assert new.outputs == [x.id]
+
+
+def test_the_table_shows_peak_bytes_with_and_without_planning_before_any_call():
+    # issue 3: fn.report() shows peak bytes with and without planning (the rows carry both from compile on)
+    x = sg.placeholder((4, 3), name="x")
+    W = sg.parameter(np.ones((3, 2)), name="W")
+    loss = sg.sum(sg.tanh(x @ W))
+    fn = sg.compile([loss, *sg.grad(loss, [W])], inputs=[x])
+    report = fn.report()
+    header, _, *body = str(report).splitlines()
+    assert "peak B" in header and "unplanned" in header
+    last = report.rows[-1]
+    assert last["peak_bytes"] < last["peak_bytes_unplanned"]
+    assert str(last["peak_bytes_unplanned"]) in body[len(report.rows) - 1].split()
