@@ -163,6 +163,7 @@ class Function:
         self._graph = None
         self._plans = {}
         self._last = None
+        self._preview = None            # fn.source before any call
         self._scalar = scalar
         if backend not in ("numpy", "numba"):
             raise ValueError(f"unknown backend {backend!r}: expected 'numpy' or 'numba'")
@@ -238,21 +239,9 @@ class Function:
             return self._build_plan(key, feeds)
 
     def _build_plan(self, key, feeds):
-        ir, order = self.ir, self._order
-        shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
-        concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
-        concrete, order = skip_identities(concrete, order)
-        batched = batching.batch(concrete, order, dict(shapes)) if self._memory_planning else None
-        if batched is not None:
-            memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out,
-                                 batched.nbytes)
-            program = generate(batched.graph, batched.order, self._param_ids, ir.inputs, memory)
-            program.batched, program.folds, program.scans = len(batched.groups), len(batched.folds), len(batched.scans)
-        else:
-            memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
-            program = generate(concrete, order, self._param_ids, ir.inputs, memory)
-        program.shapes = shapes
-        numpy_program = program
+        ir = self.ir
+        program = numpy_program = self._numpy_program(key, feeds)
+        concrete, order, shapes = program.concrete, program.order, program.shapes
         if self._scalar and feeds is not None and scalarize.eligible(concrete, order, shapes):
             program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
         if self._backend == "numba" and program is numpy_program:
@@ -267,6 +256,24 @@ class Function:
             self._plans.pop(next(iter(self._plans)))
         self._plans[key] = program
         self._last = program
+        return program
+
+    def _numpy_program(self, key, feeds):
+        """The straight-line numpy plan for feed shapes ``key`` (not cached here)."""
+        ir, order = self.ir, self._order
+        shapes = concrete_shapes(ir, order, key, [f.dtype for f in feeds] if feeds is not None else None)
+        concrete = Graph(specialize(ir, order, shapes), ir.outputs, ir.updates, ir.inputs)
+        concrete, order = skip_identities(concrete, order)
+        batched = batching.batch(concrete, order, dict(shapes)) if self._memory_planning else None
+        if batched is not None:
+            memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out,
+                                 batched.nbytes)
+            program = generate(batched.graph, batched.order, self._param_ids, ir.inputs, memory)
+            program.batched, program.folds, program.scans = len(batched.groups), len(batched.folds), len(batched.scans)
+        else:
+            memory = plan_memory(concrete, order, shapes, enable=self._memory_planning)
+            program = generate(concrete, order, self._param_ids, ir.inputs, memory)
+        program.shapes, program.concrete, program.order = shapes, concrete, order
         return program
 
     def _feeds(self, args, kwargs):
@@ -381,11 +388,18 @@ class Function:
     # ------------------------------------------------------------------ looking inside
     @property
     def source(self) -> str:
-        """The generated executor code: the plan for the latest feed shapes, or, before any call with
-        unknown sizes, the shape-generic code."""
-        if self._last is None:
-            self._last = generate(self.ir, self._order, self._param_ids, self.ir.inputs)
-        return self._last.source
+        """The generated executor code: the plan for the latest feed shapes; before any call, the numpy plan
+        for the inputs' static shapes (memory planning and all), or the shape-generic code where a size is
+        unknown."""
+        if self._last is not None:
+            return self._last.source
+        if self._preview is None:
+            key = tuple(n.shape for n in self._inputs)
+            if any(None in shape for shape in key):
+                self._preview = generate(self.ir, self._order, self._param_ids, self.ir.inputs)
+            else:
+                self._preview = self._numpy_program(key, None)
+        return self._preview.source
 
     @property
     def graph(self):

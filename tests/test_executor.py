@@ -536,3 +536,18 @@ def test_a_parameter_updated_to_a_feed_owns_its_array(update):
     X[:] = 7.0                               # the caller reuses its array
     np.testing.assert_array_equal(W.value, np.ones(100))
     assert not np.shares_memory(W.value, X)
+
+
+def test_source_before_any_call_is_the_plan_for_static_shapes():
+    # issue 3's memory planning is visible at once: buffers reused through out=, and no plan is cached by
+    # looking (the first call still picks its own kind of plan)
+    x = sg.placeholder((4, 3), name="x")
+    W = sg.parameter(np.ones((3, 2)), name="W")
+    loss = sg.sum(sg.tanh(x @ W))
+    fn = sg.compile([loss, *sg.grad(loss, [W])], inputs=[x])
+    assert re.search(r"= matmul_\d+\(x, p_W, w2\)", fn.source)     # the product written into workspace buffer w2
+    assert fn.report()["plans"] == 0
+    fn(np.ones((4, 3)))
+    assert fn.report()["plans"] == 1
+    y = sg.placeholder((None, 3), name="y")
+    assert "def run(" in sg.compile(sg.sum(y * 2.0), inputs=[y]).source      # unknown size: generic code
