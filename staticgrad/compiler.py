@@ -64,6 +64,9 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
     for o in outs:
         if not isinstance(o, Tensor):
             raise TypeError(f"compile: outputs must be tensors, got {type(o).__name__} (at {source})")
+    if passes is not None and not optimize:
+        raise ValueError(f"compile: passes={passes!r} with optimize=False would run no pass; drop one of "
+                         f"them (at {source})")
     pairs = _normalize_updates(updates, source)
     needed = _placeholders(outs + [e for _, e in pairs])
     positional = inputs is not None

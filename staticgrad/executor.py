@@ -9,7 +9,7 @@ from . import batching, scalarize
 from .codegen import generate
 from .graph import Graph
 from .plan import concrete_shapes, plan_memory, skip_identities, specialize
-from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
+from .tensor import FeedError, FeedTypeError, StaticgradError, Tensor, format_shape, gc_paused
 
 
 class ExecutionError(StaticgradError):
@@ -113,13 +113,13 @@ def check_feed(node, value):
     try:
         arr = value if type(value) is np.ndarray else np.asarray(value)
     except (ValueError, TypeError) as err:
-        raise FeedError(f"placeholder {node.label()!r}: expected an array of shape {format_shape(node.shape)} "
+        raise FeedTypeError(f"placeholder {node.label()!r}: expected an array of shape {format_shape(node.shape)} "
                         f"and dtype {node.dtype}, got {type(value).__name__} that numpy cannot convert "
                         f"({err})") from None
     expected = node.shape
     if arr.dtype != node.dtype:
         if not np.can_cast(arr.dtype, node.dtype, "same_kind"):
-            raise FeedError(f"placeholder {node.label()!r}: expected dtype {node.dtype} with shape "
+            raise FeedTypeError(f"placeholder {node.label()!r}: expected dtype {node.dtype} with shape "
                             f"{format_shape(expected)}, got dtype {arr.dtype} with shape {format_shape(arr.shape)} "
                             f"(numpy cannot cast {arr.dtype} to {node.dtype} with 'same_kind')")
         arr = arr.astype(node.dtype)

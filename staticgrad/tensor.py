@@ -30,6 +30,10 @@ class FeedError(StaticgradError):
     """A compiled function was called with a missing, unknown or ill-shaped feed."""
 
 
+class FeedTypeError(FeedError, TypeError):
+    """A feed of a dtype the placeholder cannot take (a FeedError, and a TypeError as numpy would raise)."""
+
+
 class GradError(StaticgradError):
     """``sg.grad`` was asked for something it cannot give."""
 

@@ -155,6 +155,7 @@ def test_float_or_text_into_int_placeholder_is_an_error(xt, value, given_dtype):
     with pytest.raises(sg.FeedError) as info:
         fn(np.ones((2, 3)), value)
     assert_feed_error(info, "t", "(None,)", "int64", "(2,)", given_dtype)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)   # a dtype problem
 
 
 def test_bad_feed_by_dict_names_the_placeholder(xt):

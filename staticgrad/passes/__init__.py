@@ -6,6 +6,7 @@ The pipeline is an ordered list: no tags, no priorities.
 from __future__ import annotations
 
 import time
+import types
 from collections import Counter
 
 from . import constant_fold, cse, dce, prune, simplify, stabilize
@@ -26,10 +27,12 @@ DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "
 
 
 def resolve(passes) -> list:
-    """Pass functions for a list of pass functions or names."""
+    """Pass functions for a list of pass functions, names, or pass modules (``staticgrad.passes.cse``)."""
     out = []
     for p in passes:
-        if callable(p):
+        if isinstance(p, types.ModuleType) and callable(getattr(p, "run", None)):
+            out.append(p.run)
+        elif callable(p):
             out.append(p)
         elif p in PASSES:
             out.append(PASSES[p])

@@ -35,7 +35,8 @@ def bisect(outputs, feeds, passes=None, rtol=1e-7, atol=1e-9):
     """Run the pipeline one pass at a time on ``feeds`` (a dict placeholder -> array) and return the name
     of the first pass after which any output differs from the unoptimized graph's: in shape or dtype,
     beyond the tolerance where it was finite, at all where it was an integer, bool, NaN or infinity (an
-    infinity may only become finite, as stabilize makes overflows). None when every pass keeps the results.
+    infinity may only become finite, as stabilize makes overflows), or that raises, or after which the graph
+    no longer runs. None when every pass keeps the results.
     """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     placeholders = [t for _, t in sorted(ancestors(outs).items()) if t.op == "placeholder"]
@@ -44,7 +45,10 @@ def bisect(outputs, feeds, passes=None, rtol=1e-7, atol=1e-9):
     reference = _evaluate(graph, feeds)
     pipeline = DEFAULT if passes is None else passes
     for fn in resolve(pipeline):
-        result = fn(graph)
+        try:
+            result = fn(graph)
+        except Exception:       # a pass that fails is the first broken one, as much as one that breaks values
+            return pass_name(fn)
         graph = result[0] if isinstance(result, tuple) else result
         try:
             values = _evaluate(graph, feeds)

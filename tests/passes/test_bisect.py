@@ -216,3 +216,20 @@ def test_a_nan_turning_into_a_number_is_a_break():
 def test_a_result_changing_dtype_is_a_break(dtype, feed):
     x = sg.placeholder((2,), dtype=dtype, name="x")
     assert bisect(x * 2, {x: np.array(feed, dtype)}, passes=[TO_FLOAT32]) == "replace_outputs"
+
+
+def test_a_pass_that_raises_is_the_one_named():
+    x = sg.placeholder((3,), name="x")
+
+    def exploding(graph):
+        raise RuntimeError("boom")
+    assert sg.passes.bisect(sg.exp(x) + 1.0, {x: np.ones(3)}, passes=["simplify", exploding, "cse"]) == "exploding"
+
+
+def test_pass_modules_stand_for_their_run_function_and_optimize_false_refuses_passes():
+    from staticgrad.passes import cse, simplify
+    a, b = sg.placeholder((3,), name="a"), sg.placeholder((3,), name="b")
+    fn = sg.compile(a * b + a * b, inputs=[a, b], passes=[simplify, cse, "dce"])
+    assert sum(op == "mul" for _, op in fn.graph.nodes(data="op")) == 1
+    with pytest.raises(ValueError, match="optimize=False would run no pass"):
+        sg.compile(a * b, inputs=[a, b], passes=["cse"], optimize=False)
