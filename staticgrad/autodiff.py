@@ -150,7 +150,8 @@ def _provenance(node, origin):
     user = origin.get(node.id) if origin else None
     if user is None:
         return node, node.op
-    return user, (node.op if node.op == user.op else f"{node.op}, stable form of {user.op}")
+    # "VJP of softplus (stable form of log) node N": N is the node standing for the user's log in the graph
+    return user, (node.op if node.op == user.op else f"{node.op} (stable form of {user.op})")
 
 
 def _reverse_sweep_plain(y, wrt, seed, origin=None):

@@ -362,7 +362,7 @@ def test_gradients_of_stable_forms_keep_their_scope_and_provenance():
     for target in (fn, [loss, g]):
         assert set(dot_nodes(to_dot(target, collapse=True))) == {str(x.id), str(W.id), "scope_layer1"}
     fn(np.ones((4, 2)))
-    assert "VJP of softplus, stable form of log node" in fn.source
+    assert "VJP of softplus (stable form of log) node" in fn.source
 
 
 def test_a_small_constant_is_labelled_with_its_op_and_value():
