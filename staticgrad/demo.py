@@ -81,5 +81,6 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     for path in files:
         log(f"  {os.path.basename(path)}")
     log("the pictures tell the forward, backward and update parts apart (see their legend); "
-        "staticgrad.load('moons_model.npz') gives the trained functions back")
+        f"staticgrad.load({os.path.join(out_dir, 'moons_model.npz')!r}) gives the trained functions back "
+        "(a dict: 'step' and 'predict')")
     return {"accuracy": accuracy, "loss": history.loss, "files": files, "out_dir": out_dir}
