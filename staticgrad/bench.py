@@ -30,6 +30,9 @@ THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CHILD_MARK = "STATICGRAD_BENCH_CHILD"
 WORKLOAD_NAMES = ("A", "B", "C", "D", "E")
 PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]")
+# Other names people write for the same peers (issue 4 says "pytensor.function", "torch eager").
+PEER_ALIASES = {"jax": "jax.jit", "pytensor.function": "pytensor", "torch.eager": "torch", "torch-eager": "torch",
+                "torch_eager": "torch", "numba": "staticgrad[numba]", "staticgrad-numba": "staticgrad[numba]"}
 BIG_OPS = 20_000          # peers on chains at least this long get the shorter timeout
 DEFAULT_PEER_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 # The module each peer needs, to skip at once a peer this interpreter lacks (no .venv-peers).
@@ -85,7 +88,8 @@ def add_arguments(parser):
                              "on a shared machine wall time mostly measures the other tenants) or wall time "
                              "(default otherwise); both are kept in the JSON")
     parser.add_argument("--peer-timeout", type=float, default=None, help="seconds one peer may take")
-    parser.add_argument("--out", default=None, help="JSON file or folder (default: benchmarks/results/)")
+    parser.add_argument("--out", "--json", "--output", dest="out", default=None,
+                        help="JSON file or folder (default: benchmarks/results/)")
     return parser
 
 
@@ -93,7 +97,8 @@ def workload_names(text) -> list:
     """The names of ``--only``, each checked by the benchmarks' own lookup while the command line is
     parsed: a typo is a usage error before any workload runs (or the benchmark process is started)."""
     import argparse
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    # a and b name A and B
+    names = [n.strip().upper() if len(n.strip()) == 1 else n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise argparse.ArgumentTypeError("give at least one workload: A B C D E or chainN")
     workloads = _benchmarks(only="workloads").workloads
@@ -112,7 +117,8 @@ def settings_from_args(args) -> Settings:
         s.workloads = [n for n in names if not n.startswith("chain")]
         s.compile_ops = [int(n[5:]) for n in names if n.startswith("chain")]
     if args.peers is not None:
-        s.peers = [] if args.peers.strip() in ("", "none") else [p.strip() for p in args.peers.split(",")]
+        s.peers = [] if args.peers.strip() in ("", "none") else [
+            PEER_ALIASES.get(p.strip().lower(), p.strip()) for p in args.peers.split(",")]
         unknown = [p for p in s.peers if p not in PEER_NAMES]
         if unknown:
             raise SystemExit(f"staticgrad bench: unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEER_NAMES)}")
@@ -344,6 +350,12 @@ def _cell(result) -> str:
     return {"skipped": "skip", "mismatch": "MISMATCH", "error": "error"}.get(status, str(status))
 
 
+def _median(result) -> str:
+    if not result or result.get("status") not in ("ok", "mismatch") or result.get("median_s") is None:
+        return _cell(result)
+    return format_time(result["median_s"])
+
+
 def _one_time(result) -> str:
     if not result or result.get("status") not in ("ok", "mismatch"):
         return _cell(result)
@@ -369,6 +381,13 @@ def format_table(doc) -> str:
         base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
         cells = [f"{_cell(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)]
         lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(cells))
+    lines += ["", "Median time per call (the hand numpy column is the main process's, the others their own):",
+              f"{'workload':<{width}} {'hand numpy':>11} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
+    for entry in doc["workloads"]:
+        label = f"{entry['name']}: {entry['title']}"[:width]
+        base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
+        lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(
+            f"{_median(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)))
     lines += ["", "One-time costs (build + grad + compile + first call, summed):",
               f"{'workload':<{width}} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in doc["workloads"]:

@@ -12,6 +12,9 @@ from .plan import concrete_shapes, plan_memory, skip_identities, specialize
 from .tensor import FeedError, FeedTypeError, StaticgradError, Tensor, format_shape, gc_paused
 
 
+_MISSING = object()
+
+
 class ExecutionError(StaticgradError):
     """A kernel failed while a compiled function ran (for example sizes that disagree at run time)."""
 
@@ -66,6 +69,13 @@ class Report:
         if isinstance(key, str):
             return self.summary[key]
         return self.rows[key]
+
+    def __contains__(self, key):
+        # "plans" in report: the summary's keys, as report["plans"] reads them (a row is there too)
+        return key in self.summary if isinstance(key, str) else key in self.rows
+
+    def get(self, key, default=None):
+        return self.summary.get(key, default)
 
 
 class ScalarProgram:
@@ -177,8 +187,27 @@ class Function:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
         if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)) or not self._positional:
-            return self._call(self._feeds(args, kwargs))
+            keyed = kwargs if not args else args[0] if len(args) == 1 and type(args[0]) is dict and not kwargs else None
+            values = self._in_order(keyed) if keyed is not None else None
+            if values is None:
+                return self._call(self._feeds(args, kwargs))    # (and every error about the feeds)
+            return self._fast(*values)
         return self._fast(*args)
+
+    def _in_order(self, feeds):
+        """The values of a dict (or keywords) that feeds every input exactly once, in inputs order; None for
+        anything else, which the full check then explains. Lets a dict call take the fast path."""
+        if len(feeds) != len(self._inputs):
+            return None
+        values = []
+        for node in self._inputs:
+            value = feeds.get(node.tensor, _MISSING)
+            if value is _MISSING and node.name is not None:
+                value = feeds.get(node.name, _MISSING)
+            if value is _MISSING:
+                return None
+            values.append(value)
+        return values
 
     def _make_fast_path(self):
         """A call specialized to this function's inputs: arrays of the right dtype pass untouched (their

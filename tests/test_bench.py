@@ -182,3 +182,21 @@ def test_without_a_peers_environment_peers_run_here_where_installed(monkeypatch,
     assert ran == [("torch", bench.sys.executable)]
     assert results["jax.jit"]["status"] == "skipped" and "no_such_module_here" in results["jax.jit"]["reason"]
     assert any("peers run in this interpreter where installed" in line for line in lines)
+
+
+def test_the_table_prints_each_implementations_median_time_per_call():
+    doc = {"settings": {"clock": "cpu", "threads": 1}, "machine": {"git": "x"}, "workloads": [
+        {"name": "E", "title": "x + 1.0", "results": {"staticgrad": {
+            "status": "ok", "ratio": 2.5, "median_s": 2.5e-6, "numpy": {"median_s": 1e-6}, "costs": {}}}}]}
+    text = bench.format_table(doc)
+    assert "Median time per call" in text and "2.5 µs" in text and "1 µs" in text
+
+
+def test_common_spellings_of_peers_workloads_and_the_json_option():
+    import argparse
+    parser = bench.add_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--only", "a,d", "--peers", "jax,pytensor.function,torch.eager", "--json", "o.json"])
+    settings = bench.settings_from_args(args)
+    assert settings.workloads == ["A", "D"] and args.out == "o.json"
+    assert settings.peers == ["jax.jit", "pytensor", "torch"]
+

@@ -552,3 +552,27 @@ def test_source_before_any_call_is_the_plan_for_static_shapes():
     assert fn.report()["plans"] == 1
     y = sg.placeholder((None, 3), name="y")
     assert "def run(" in sg.compile(sg.sum(y * 2.0), inputs=[y]).source      # unknown size: generic code
+
+
+def test_report_answers_in_and_get_from_its_summary():
+    x = sg.placeholder((None,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+    for n in (3, 4, 3, 4):
+        fn(np.ones(n))
+    report = fn.report()
+    assert "plans" in report and report.get("plans") == 2 and report["plans"] == 2
+    assert "no such key" not in report and report.get("no such key", 7) == 7
+
+
+def test_a_dict_feed_takes_the_fast_path_and_bad_dicts_still_get_their_errors():
+    x, z = sg.placeholder((None,), name="x"), sg.placeholder((), name="z")
+    fn = sg.compile(x * z)                         # inputs=None: fed by dict or name only
+    fn({x: np.ones(3), "z": 2.0})
+    fn._call = None                                # a dict of every input, once each, never takes the slow path
+    np.testing.assert_array_equal(fn({x: np.ones(3), z: 3.0}), [3.0] * 3)
+    np.testing.assert_array_equal(fn(x=np.ones(3), z=4.0), [4.0] * 3)
+    del fn._call
+    with pytest.raises(sg.FeedError, match="fed twice"):
+        fn({x: np.ones(3), "x": np.ones(3)})
+    with pytest.raises(sg.FeedError, match="not an input placeholder"):
+        fn({x: np.ones(3), "w": 1.0})
