@@ -59,13 +59,12 @@ def one_exponent(nodes, shapes, node):
         # One element: the exponent steps by its size only in numpy's loop for operands of the output's
         # shape (or a 0-d base); otherwise size-1 axes step by 0.
         return not (out and b == out and (a == out or not a))
-    source = exp
-    while nodes[source].op == "broadcast_to":       # a view: numpy reads its source's numbers
-        source = nodes[source].inputs[0]
-    if math.prod(b) == 1 or math.prod(shapes[source]) == 1:
+    if math.prod(b) == 1:
         return True
+    if nodes[exp].op in ("broadcast_to", "broadcast_like"):
+        return False            # the pow kernel reads a broadcast view per element (ops.power_kernel)
     padded = (1,) * (len(out) - len(b)) + b
-    if source != exp or any(n == 1 and m > 1 for n, m in zip(padded, out)):
+    if any(n == 1 and m > 1 for n, m in zip(padded, out)):
         return None
     return False
 

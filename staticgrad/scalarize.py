@@ -284,19 +284,23 @@ def _node(em, node, ins, shapes, nodes):
     raise Unsupported(op)
 
 
+_SHORTCUTS = {0.5: "sqrt({0})", 2.0: "({0} * {0})", -1.0: "(1.0 / {0})"}
+
+
 def _power(node, exponent, shapes, nodes):
-    """The expression numpy's power computes: where its loop reads one exponent for all elements, a
-    square root for 0.5 (sqrt(-inf) is nan, sqrt(-0.0) -0.0; math.pow gives inf and 0.0), else pow.
-    math.sqrt and math.pow raise on negative bases, and numpy's plan runs."""
+    """The expression numpy's power computes: where its loop reads one exponent for all elements, its
+    shortcuts (a square root for 0.5, a*a for 2, 1/a for -1; scalar_math.power), else pow. math.sqrt and
+    math.pow raise on negative bases, and 1/0 raises: then numpy's plan runs."""
     one = fuse.one_exponent(nodes, shapes, node)
     numbers = [_number(e) for e in np.asarray(exponent).reshape(-1)]
-    if one is None and not all(v is not None and v != 0.5 for v in numbers):
+    plain = all(v is not None and v not in _SHORTCUTS for v in numbers)
+    if one is None and not plain:
         raise Unsupported("an exponent broadcast along some axes only: numpy's loop order decides")
-    if not one or all(v is not None and v != 0.5 for v in numbers):
+    if not one or plain:
         return "pow({0}, {1})"
-    if all(v == 0.5 for v in numbers):
-        return "sqrt({0})"
-    return "(sqrt({0}) if {1} == 0.5 else pow({0}, {1}))"
+    if len(set(numbers)) == 1 and numbers[0] in _SHORTCUTS:
+        return _SHORTCUTS[numbers[0]]
+    return "power({0}, {1})"
 
 
 def _number(atom):

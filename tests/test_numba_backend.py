@@ -214,3 +214,19 @@ def test_power_takes_numpys_square_root_only_for_one_exponent(exponent):
     assert fused.report().summary["fused_regions"] == 1
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(want[want == 0]))
+
+
+@pytest.mark.parametrize("power", [2.0, -1.0, 0.5])
+def test_one_exponent_rounds_like_numpys_shortcuts(power):
+    # numpy's loop, given one exponent, computes x*x for 2, 1/x for -1 and sqrt for 0.5 (not pow)
+    x, y = sg.placeholder((4096,), name="x"), sg.placeholder((), name="y")
+    h = x ** y
+    for _ in range(8):
+        h = sg.maximum(h, h)            # a region deep enough to fuse
+    rng = np.random.default_rng(3)
+    X = np.abs(rng.normal(size=4096)) * 10.0 ** rng.uniform(-5, 5, size=4096)
+    want = sg.compile(h, inputs=[x, y])(X, np.array(power))
+    fused = sg.compile(h, inputs=[x, y], backend="numba")
+    got = fused(X, np.array(power))
+    assert fused.report().summary["fused_regions"] == 1
+    np.testing.assert_array_equal(got, want)

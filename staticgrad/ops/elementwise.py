@@ -134,7 +134,18 @@ def _pow_vjp(g, out, x, y):
     return gx, g * out * safe_log
 
 
-_def("pow", np.power, _pow_vjp)
+def power_kernel(x, y, out=None):
+    # numpy's power takes shortcuts (sqrt for 0.5, x*x for 2, 1/x for -1) where its loop reads one exponent
+    # for every element, as it does for a broadcast view (step 0) too. A broadcast here is a value of its
+    # shape, read per element like the fresh array a pass may fold it from or into, so results follow
+    # shapes, not memory layout (fuse.one_exponent says which loop runs).
+    if type(y) is np.ndarray and y.size > 1 and 0 in y.strides:
+        y = np.ascontiguousarray(y)
+    return np.power(x, y, out=out)
+
+
+power_kernel.accepts_out = power_kernel.inplace_safe = True
+_def("pow", power_kernel, _pow_vjp)
 
 add, sub, mul, div, pow = _binary("add"), _binary("sub"), _binary("mul"), _binary("div"), _binary("pow")
 power = pow

@@ -214,6 +214,8 @@ def scalar_broadcast(rw, node):
     inputs = rw.inputs(node)
     changed = False
     for k, x in enumerate(inputs):
+        if node.op == "pow" and k == 1:
+            continue            # a broadcast exponent is read per element, one number takes numpy's shortcuts
         if x.op in ("broadcast_to", "broadcast_like"):
             src = rw.inputs(x)[0]
             others = [y for j, y in enumerate(inputs) if j != k]

@@ -185,3 +185,18 @@ def test_a_broadcast_like_over_a_reference_of_unknown_size_keeps_its_run_time_ch
         np.testing.assert_array_equal(fn(np.ones((5, 3))), np.full((5, 3), 2.0))
         with pytest.raises(sg.ShapeError, match="broadcast"):
             fn(np.ones((4, 3)))
+
+
+def test_an_exponent_folded_into_a_broadcast_keeps_numpys_per_element_power():
+    # broadcast(0.25) * 2 is a fresh array of 0.5, read per element by numpy's power (pow(-inf) is inf);
+    # folded into a broadcast view of one 0.5, numpy would read one exponent and take sqrt (nan)
+    from staticgrad.ops.reduce import broadcast_to
+    X = np.tile([-np.inf, -0.0, 4.0, 9.0], 16).reshape(8, 8)
+    x = sg.placeholder((8, 8), name="x")
+    y = x ** (broadcast_to(sg.constant(0.25), (8, 8)) * 2.0)
+    with np.errstate(all="ignore"):
+        want = np.power(X, np.broadcast_to(0.25, (8, 8)) * 2.0)
+        for optimize in (True, False):
+            got = sg.compile(y, inputs=[x], optimize=optimize)(X)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
