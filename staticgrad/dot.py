@@ -386,7 +386,7 @@ def _edge_kind(src, dst):
 def _full_edges(pic, dot, drawn, boxes):
     graph, values = pic.graph, pic.values
     grads = pic.gradient_ids
-    merged = {}     # collapsed boxes: (src, dst, kind) -> set of source ids
+    merged = {}     # collapsed boxes: (src, dst, kind, backward) -> set of source ids
     for node in graph.nodes.values():
         if node.id not in drawn:
             continue
@@ -397,8 +397,9 @@ def _full_edges(pic, dot, drawn, boxes):
             kind = _edge_kind(src, node)
             a, b = drawn[i], drawn[node.id]
             if a != str(i) or b != str(node.id):
-                if a != b:
-                    merged.setdefault((a, b, kind), set()).add(i)
+                if a != b:      # (a backward edge between boxes still runs against the arrow)
+                    back = src.role == "backward" and node.role == "backward"
+                    merged.setdefault((a, b, kind, back), set()).add(i)
                 continue
             attrs = {}
             if kind == "saved":
@@ -408,17 +409,19 @@ def _full_edges(pic, dot, drawn, boxes):
                 if values is not None:
                     attrs["label"] = format_value(values.get(i), max_size=4)
             _add_edge(dot, a, b, src, node, attrs)
-    for (a, b, kind), ids in merged.items():
+    for (a, b, kind, back), ids in merged.items():
         attrs = {}
         if kind == "saved":
             count = f"{len(ids)} value" + ("s" if len(ids) > 1 else "")
             attrs = dict(SAVED_EDGE, label=f"saved {count}, {_total_size([graph.nodes[i] for i in ids], values)}")
         elif ids & grads:
             attrs = dict(GRAD_EDGE)
-        dst = graph.nodes[boxes[b]["ids"][0]] if b in boxes else graph.nodes[int(b)]
-        _add_edge(dot, a, b, graph.nodes[next(iter(ids))], dst, attrs)
+        if back:
+            dot.add_edge(pydot.Edge(b, a, dir="back", **attrs))
+        else:
+            dot.add_edge(pydot.Edge(a, b, **attrs))
     for p, e in graph.updates:
-        if p in drawn and e in drawn:
+        if p in drawn and e in drawn and drawn[p] != drawn[e]:      # (not within one collapsed box)
             dot.add_edge(pydot.Edge(drawn[p], drawn[e], **ASSIGN_EDGE))
 
 

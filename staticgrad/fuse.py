@@ -78,7 +78,7 @@ def instruction_op(nodes, shapes, node):
 
 
 def _fusible(node, shapes, nodes):
-    if node.op not in SCALAR or node.op == "pow_each" or node.dtype not in _RESULT_DTYPES:
+    if node.op not in SCALAR or node.dtype not in _RESULT_DTYPES:
         return False
     if node.op == "pow" and one_exponent(nodes, shapes, node) is None:
         return False

@@ -302,7 +302,7 @@ def save(fn, path):
 # ------------------------------------------------------------------ reading
 def _read_zip(path, text_member, expected_format):
     path = os.fspath(path)
-    if not os.path.exists(path) and not os.path.splitext(path)[1] and os.path.exists(path + ".npz"):
+    if not os.path.splitext(path)[1] and os.path.isfile(path + ".npz"):
         path += ".npz"          # saved under a name without extension, which saving completed
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path!r}")

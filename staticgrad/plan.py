@@ -249,7 +249,7 @@ def skip_identities(graph, order):
         kept[i] = node
     read = set(keep)
     for i in reversed(order):
-        if i in kept and (i in read or kept[i].op in ("placeholder", "parameter")):
+        if i in kept and i in read:
             read.update(kept[i].inputs)
     dead = [i for i in kept if i not in read and kept[i].op not in ("placeholder", "parameter")]
     if not alias and not dead:

@@ -229,6 +229,8 @@ class Tensor:
 def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tensor:
     """A value fed at each call. ``None`` in ``shape`` means any size."""
     try:
+        if any(isinstance(d, (bool, np.bool_)) for d in shape):
+            raise TypeError         # numpy refuses True as a size too
         shape = tuple(None if d is None else operator.index(d) for d in shape)
     except TypeError:
         raise TypeError(f"placeholder {name!r}: sizes must be integers or None, got {shape!r} "

@@ -22,6 +22,8 @@ def _central_differences(fn, args, k, eps):
     is only known to about machine eps times its size, so a difference is only known to that over the step.
     """
     x = np.array(args[k], copy=True)
+    if x.dtype.kind not in "f":
+        x = x.astype(np.float64)        # integers differentiate as the numbers they hold
     rounding = np.finfo(x.dtype).eps
     grad, noise = np.zeros(x.shape), np.zeros(x.shape)
     flat, gflat, nflat = x.reshape(-1), grad.reshape(-1), noise.reshape(-1)
@@ -32,6 +34,9 @@ def _central_differences(fn, args, k, eps):
         flat[j] = saved - eps
         down, minus = float(flat[j]), float(fn(*args[:k], x, *args[k + 1:]))
         flat[j] = saved
+        if up == down:
+            raise ValueError(f"numerical_grad: a step of {eps:g} is below {x.dtype}'s resolution at "
+                             f"{float(saved):g} (x + eps rounds back to x); take a larger eps")
         gflat[j] = (plus - minus) / (up - down)
         nflat[j] = rounding * (abs(plus) + abs(minus)) / (up - down)
     return grad, noise

@@ -176,6 +176,11 @@ def test_collapse_draws_name_scopes_as_boxes(compiled):
     forward = sum(d["role"] == "forward" for d in inside)
     assert f"{len(inside)} nodes:" in box and "transpose" in box and "W (3, 2), b1 (3,)" in box
     assert f"{forward} forward, {len(inside) - forward} backward" in box
+    # backward edges between boxes still run against the arrow (the gradient flows back up), none loops
+    edges = to_dot(fn, collapse=True).get_edge_list()
+    assert all(e.get_source() != e.get_destination() for e in edges)
+    back = {(e.get_source(), e.get_destination()) for e in edges if e.get("dir") == "back"}
+    assert ("scope_layer2", "scope_layer1") in back or ("scope_layer1", "scope_layer2") in back
     only = dot_nodes(to_dot(fn, collapse=["layer1"]))
     assert "scope_layer1" in only and "scope_layer2" not in only
     assert str(net["g"].id) in only and str(net["h"].id) not in only

@@ -348,3 +348,13 @@ def test_a_path_without_extension_gets_npz_as_numpy_gives_it(tmp_path):
         np.testing.assert_array_equal(sg.load(path)(np.ones(2)), [1.0, 2.0])
     assert sg.save_parameters([W], tmp_path / "ckpt") == str(tmp_path / "ckpt.npz")
     sg.load_parameters([W], tmp_path / "ckpt")
+
+
+def test_loading_a_name_without_extension_prefers_the_npz_saving_wrote(tmp_path):
+    W = sg.parameter(np.zeros(2), name="W")
+    (tmp_path / "ck").write_bytes(b"an older file of that name")
+    W.value = np.ones(2)
+    sg.save_parameters([W], tmp_path / "ck")          # writes ck.npz
+    W.value = np.zeros(2)
+    sg.load_parameters([W], tmp_path / "ck")
+    np.testing.assert_array_equal(W.value, [1.0, 1.0])

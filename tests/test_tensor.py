@@ -36,6 +36,8 @@ def test_placeholder_errors():
             sg.placeholder((2,), dtype=dtype, name="p")
     with pytest.raises(TypeError, match="placeholder 'q': sizes must be integers"):
         sg.placeholder((2.5,), name="q")
+    with pytest.raises(TypeError, match="placeholder 'q': sizes must be integers"):
+        sg.placeholder((True, 3), name="q")
 
 
 def test_parameter_copies_its_value_and_requires_grad():

@@ -103,3 +103,11 @@ def test_float32_steps_and_tolerances_follow_the_dtype(make_op, rng):
     assert check_grads(cube, [x], order=1)
     with pytest.raises(AssertionError):
         check_grads(cube, [x], order=2)
+
+
+def test_numerical_grad_of_integers_and_a_step_below_the_dtypes_resolution():
+    from staticgrad.testing import numerical_grad
+    np.testing.assert_allclose(numerical_grad(lambda x: float(np.sum(x * x)), [np.array([1, 2])], 0, 1e-6),
+                               [2.0, 4.0], rtol=1e-6)
+    with pytest.raises(ValueError, match="below float32's resolution"):
+        numerical_grad(lambda x: float(np.sum(x * x)), [np.array([1000.0], np.float32)], 0, 1e-6)
