@@ -156,7 +156,8 @@ def _is_shape(shape, allow_none=True):
 def _write_zip(path, text_member, doc, arrays):
     """Write ``doc`` as JSON and ``arrays`` as .npy members, atomically (a temp file, then a rename).
 
-    A path without an extension gets ``.npz``, as numpy.savez gives it; the path written is returned.
+    A path without an extension gets ``.npz`` (numpy.savez adds it to any name not ending in .npz; a name
+    with an extension of its own is kept here); the path written is returned.
     """
     path = os.fspath(path)
     if not os.path.splitext(path)[1] and not os.path.isdir(path):
