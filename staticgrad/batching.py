@@ -18,6 +18,7 @@ values, elementwise, same order of additions).
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -141,12 +142,17 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
         return None
 
     nexts = {i: link(i) for i in order if nodes[i].op == "add"}
+    # An add where two running sums meet (a + b of two chains) continues neither: each fold would take
+    # it, and the other chain's last add as one of its rows.
+    meets = Counter(t for t in nexts.values() if t is not None)
+    nexts = {i: (t if t is None or meets[t] == 1 else None) for i, t in nexts.items()}
     continued = set(nexts.values())
+    chained = {i for i, t in nexts.items() if t is not None} | (continued - {None})
     taken = set()
 
-    def ok(j, shape, dtype):
+    def ok(j, shape, dtype, own=None):
         node = nodes[j]
-        if j in taken:
+        if j in taken or (j in chained and j != own):     # another running sum's add is never a row
             return False
         if node.op == "constant":
             return tuple(np.shape(node.value)) == tuple(shape)
@@ -182,7 +188,8 @@ def _fold_chains(graph, order, shapes, escaping, row_of, stackable):
                 continue
             close()
             start = new if k == 0 else [chain[k - 1]] + new
-            if (k == 0 or not any(chain[k - 1] in f for f, _ in folds)) and all(ok(j, shape, dtype) for j in start):
+            own = chain[k - 1] if k else None      # this sum so far, computed as usual, may start the next fold
+            if (k == 0 or not any(own in f for f, _ in folds)) and all(ok(j, shape, dtype, own) for j in start):
                 adds.append(a)
                 rows.extend(start)
         close()

@@ -252,3 +252,17 @@ def test_random_lanes_batch_to_the_unbatched_results(seed):
     X, Y = r.normal(size=k), np.array(r.normal())
     for a, b in zip(fast(X, Y), slow(X, Y)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_two_running_sums_that_meet_in_one_add_are_summed_once_each():
+    # a = s1 + ... + s5 and b = c1 + ... + c5, then a + b: both chains continued into that add, so each
+    # fold took it, and the other chain's last add as a row (the result was 30% off, no error)
+    x = sg.placeholder((3,), name="x")
+    a = sg.sin(x * 1.0) + sg.sin(x * 2.0) + sg.sin(x * 3.0) + sg.sin(x * 4.0) + sg.sin(x * 5.0)
+    b = sg.cos(x * 1.0) + sg.cos(x * 2.0) + sg.cos(x * 3.0) + sg.cos(x * 4.0) + sg.cos(x * 5.0)
+    fn = sg.compile(a + b, inputs=[x])
+    fn._scalar = False
+    X = np.array([0.1, 0.2, 0.3])
+    want = sum(np.sin(X * k) for k in range(1, 6)) + sum(np.cos(X * k) for k in range(1, 6))
+    np.testing.assert_array_equal(fn(X), want)
+    assert fn.report()["running_sums"] == 2          # each chain is still one reduction
