@@ -25,7 +25,7 @@ import numpy as np
 from . import scan
 from .graph import Graph, Node
 from .ops.registry import REGISTRY, VIEW
-from .plan import elementwise_ufunc
+from .plan import elementwise_ufunc, permuted_values
 
 MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
 MIN_BATCH = 4
@@ -60,6 +60,9 @@ def batch(graph, order, shapes):
         while nodes[i].inputs and REGISTRY[nodes[i].op].has(VIEW):
             i = nodes[i].inputs[0]
             escaping.add(i)
+    # A value numpy lays out like a permuted operand would lose that layout in a C-ordered row (and a later
+    # sum its order of additions): such values stay out of the shared buffers too.
+    escaping |= permuted_values(graph, order)
     eff = dict(pos)       # where each value is computed: a batched op's members all move to its position
 
     def ready(i):

@@ -136,6 +136,10 @@ def check_feed(node, value):
     if arr.ndim != len(expected) or any(d is not None and d != a for d, a in zip(expected, arr.shape)):
         raise FeedError(f"placeholder {node.label()!r}: expected shape {format_shape(expected)} (dtype "
                         f"{node.dtype}), got shape {format_shape(arr.shape)} (dtype {arr.dtype})")
+    if not arr.flags.c_contiguous:
+        # a C-ordered copy: numpy lays results out like their operands, and a plan's buffers are C-ordered,
+        # so a Fortran-ordered feed would make planned sums add in another order than unplanned ones
+        arr = np.ascontiguousarray(arr)
     return arr
 
 
@@ -215,7 +219,8 @@ class Function:
         names = [f"a{k}" for k in range(len(self._inputs))]
         lines = [f"def fast({', '.join(names)}):"]
         for k, name in enumerate(names):
-            lines.append(f"    if type({name}) is not ndarray or {name}.dtype is not D{k}: {name} = check(N{k}, {name})")
+            lines.append(f"    if type({name}) is not ndarray or {name}.dtype is not D{k} or not {name}.flags.c_contiguous: "
+                         f"{name} = check(N{k}, {name})")
         key = "(" + "".join(f"{n}.shape, " for n in names) + ")"
         lines += [f"    program = plans.get({key})",
                   f"    if program is None: return call(({', '.join(names)},))" if names else

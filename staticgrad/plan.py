@@ -101,6 +101,28 @@ class MemoryPlan:
         self.workspace_bytes = 0  # allocated once per plan and kept: the slots and the stacked buffers
 
 
+def permuted_values(graph, order) -> set:
+    """Values whose axes may lie reordered in memory: a transpose, an advanced index (numpy may put the
+    indexed axes first), and what numpy makes from such an operand (its fresh results follow the
+    operand's layout, order "K"; stack and concatenate too), except a matrix product, which is C-ordered.
+
+    Written into a C-ordered buffer instead (an out= slot, a row of a batched buffer), such a value keeps
+    its numbers but not their order in memory, and a later sum adds in another order than without
+    planning (a last-bit difference).
+    """
+    nodes, permuted = graph.nodes, set()
+    for i in order:
+        node = nodes[i]
+        if any(j in permuted for j in node.inputs):
+            if node.op != "matmul":
+                permuted.add(i)
+        elif node.op == "transpose" and list(node.attrs["axes"]) != sorted(node.attrs["axes"]):
+            permuted.add(i)
+        elif node.op == "getitem" and any(isinstance(k, np.ndarray) for k in node.attrs["index"]):
+            permuted.add(i)
+    return permuted
+
+
 def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> MemoryPlan:
     """Lifetimes and workspace slots for ``graph`` in ``order``; nodes in ``fixed_out`` already have
     their own buffer (batching's stacked rows) and take no part in the slot pool. ``held`` bytes of such
@@ -111,18 +133,12 @@ def plan_memory(graph, order, shapes, enable=True, fixed_out=None, held=0) -> Me
     plan.fixed_out = dict(fixed_out or {})
     # Views share their input's memory: a value's storage lives as long as any view of it.
     base = {}
-    # Values whose axes lie reordered in memory: a transpose, views of one, and the elementwise results
-    # numpy lays out like such an operand (they get no C-ordered out= buffer below, see ``usable``).
-    permuted = set()
     for i in order:
         node = nodes[i]
         view = REGISTRY.get(node.op) and REGISTRY[node.op].has(VIEW)
         base[i] = base[node.inputs[0]] if view else i
-        if any(j in permuted for j in node.inputs):
-            if view or _single_pass(node.op):
-                permuted.add(i)
-        elif node.op == "transpose" and list(node.attrs["axes"]) != sorted(node.attrs["axes"]):
-            permuted.add(i)
+    # Elementwise ops over these get no C-ordered out= buffer below (``usable``).
+    permuted = permuted_values(graph, order)
     last = {}
     for step, i in enumerate(order):
         for j in nodes[i].inputs:

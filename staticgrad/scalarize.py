@@ -322,7 +322,9 @@ def _matmul(em, a, b, shape):
         *bi, i, j = idx
         bi = tuple(bi)
         terms = [f"{a2[bi + (i, k)]} * {b2[bi + (k, j)]}" for k in range(a2.shape[-1])]
-        out[idx] = em.assign(" + ".join(terms) if terms else "0.0")
+        # from 0.0, as BLAS accumulates: products that are all -0.0 sum to +0.0 (BLAS's fused multiply-adds
+        # still make the last bits differ from these sums at times; the first call checks them to 1e-9)
+        out[idx] = em.assign("0.0 + " + " + ".join(terms) if terms else "0.0")
     return out.reshape(shape)
 
 

@@ -266,3 +266,22 @@ def test_two_running_sums_that_meet_in_one_add_are_summed_once_each():
     want = sum(np.sin(X * k) for k in range(1, 6)) + sum(np.cos(X * k) for k in range(1, 6))
     np.testing.assert_array_equal(fn(X), want)
     assert fn.report()["running_sums"] == 2          # each chain is still one reduction
+
+
+def test_values_laid_out_like_a_transpose_stay_out_of_batched_rows():
+    # tanh(x.T) is laid out like x.T in numpy; copied into a C-ordered row of a batched buffer its later
+    # sum added in another order (the loss differed in the last bit on 89 of 200 feeds)
+    def build(planned):
+        x = sg.placeholder((3, 3), name="x", requires_grad=True)
+        h = sg.tanh(x.T)
+        for _ in range(3):
+            h = sg.tanh(h)
+        y = sg.sum(h)
+        fn = sg.compile([y, sg.grad(y, [x])[0]], inputs=[x])
+        fn._scalar, fn._memory_planning = False, planned
+        return fn
+    planned, plain = build(True), build(False)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        X = rng.normal(size=(3, 3)) * 2
+        assert planned(X)[0] == plain(X)[0]

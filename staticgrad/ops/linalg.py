@@ -52,7 +52,19 @@ def _matmul_vjp(g, out, a, b):
     return ga, gb
 
 
-defop("matmul", np.matmul, _matmul_spec, _matmul_vjp)
+def matmul_kernel(a, b, out=None):
+    # numpy multiplies an operand with a step of 0 (a broadcast view) in its own loop, not BLAS, which adds
+    # in another order: a broadcast is a value of its shape, so such an operand is made contiguous, as the
+    # fresh array a pass may fold it from was (x.T @ broadcast(-1.0) and x.T @ -ones gave other bits).
+    if type(a) is np.ndarray and a.size > 1 and 0 in a.strides:
+        a = np.ascontiguousarray(a)
+    if type(b) is np.ndarray and b.size > 1 and 0 in b.strides:
+        b = np.ascontiguousarray(b)
+    return np.matmul(a, b, out=out)
+
+
+matmul_kernel.accepts_out = True
+defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp)
 
 
 def matmul(a, b):
