@@ -67,14 +67,34 @@ class _Names:
             self._by_id[key] = name
         return name
 
-    def kernel(self, op):
-        key = ("kernel", op)
+    def kernel(self, op, kernel=None):
+        kernel = REGISTRY[op].kernel if kernel is None else kernel
+        key = ("kernel", op, id(kernel))
         name = self._by_id.get(key)
         if name is None:
             name = f"{re.sub(r'[^a-z0-9_]', '_', op.lower())}_{len(self.namespace)}"
-            self.namespace[name] = REGISTRY[op].kernel
+            self.namespace[name] = kernel
             self._by_id[key] = name
         return name
+
+
+def _kernel_for(nodes, node):
+    """The kernel a plan calls for ``node``: numpy's own matmul where no operand can be a broadcast view
+    (the op's kernel makes such an operand contiguous; a check a training step need not pay 8 times)."""
+    if node.op == "matmul" and not any(_may_broadcast(nodes, j) for j in node.inputs):
+        return np.matmul
+    return REGISTRY[node.op].kernel
+
+
+def _may_broadcast(nodes, i):
+    """Whether value ``i`` may be a view with a step of 0: a broadcast, or a view of one."""
+    node = nodes[i]
+    while True:
+        if node.op in ("broadcast_to", "broadcast_like"):
+            return True
+        if not node.inputs or not REGISTRY[node.op].has(VIEW):
+            return False        # a fresh result, a C-ordered feed, a parameter's or constant's own array
+        node = nodes[node.inputs[0]]
 
 
 def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
@@ -182,9 +202,9 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             out = ns.bind("r", memory.fixed_out[i])
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
-        kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op)
+        kernel = _kernel_for(nodes, node)
+        kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
         if out is not None:
-            kernel = REGISTRY[node.op].kernel
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:
                 args.append(out)     # positional out: ~10% cheaper per call on tiny arrays
             else:
