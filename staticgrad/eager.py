@@ -290,10 +290,10 @@ registry.EAGER_HOOK = _run_op
 
 
 # ------------------------------------------------------------------ reverse sweep over the tape
-def _seed(y, grad_output, who):
+def _seed(y, grad_output, who, needs_grad=True):
     if not isinstance(y, EagerTensor):
         raise TypeError(f"{who}: expected an eager tensor, got {type(y).__name__}")
-    if not y._requires_grad:
+    if needs_grad and not y._requires_grad:
         raise GradError(f"{who}: {y.op} result (made at {y.source}) does not require grad: no input of it "
                         f"was made with requires_grad=True")
     if y.dtype.kind != "f":
@@ -494,8 +494,9 @@ def grad(y, wrt, grad_output=None, create_graph=False):
         if not w._requires_grad:
             raise GradError(f"eager.grad: {w.op} tensor made at {w.source} does not require grad, so it has no "
                             f"gradient")
-    seed = _seed(y, grad_output, "eager.grad")
-    found = _sweep([y], [seed], create_graph, collect={w.id for w in wrt})
+    seed = _seed(y, grad_output, "eager.grad", needs_grad=False)
+    # A y that no tensor requiring grad reaches depends on none of wrt: zeros, as sg.grad gives
+    found = _sweep([y], [seed], create_graph, collect={w.id for w in wrt}) if y._requires_grad else {}
     out = []
     for w in wrt:
         g = found.get(w.id)

@@ -434,3 +434,12 @@ def test_asking_for_the_patterns_own_gradient_keeps_the_inputs_stable(pattern):
         e_y, e_z = eager.grad(sg.sum(ye), [ye, z])
     np.testing.assert_array_equal(e_y.value, np.ones(ys.shape))
     np.testing.assert_array_equal(e_z.value, want)
+
+
+def test_grad_of_a_result_no_tensor_requiring_grad_reaches_is_zeros_as_in_static_mode():
+    a = eager.tensor([1.0, 2.0], requires_grad=True)
+    b = eager.tensor([3.0, 4.0])
+    (g,) = eager.grad(sg.sum(b * 2.0), [a])
+    np.testing.assert_array_equal(g.value, [0.0, 0.0])
+    with pytest.raises(sg.GradError, match="does not require grad"):
+        sg.sum(b * 2.0).backward()           # backward still needs something to fill, as in PyTorch
