@@ -31,6 +31,19 @@ def tanh_to_log(graph):
     return graph.rebuild(visit)
 
 
+def swapping(old, new_op, name, same_input=False):
+    """A deliberately broken pass named ``name``: every ``old`` node becomes ``new_op`` (over its first
+    input twice with ``same_input``)."""
+    def run(graph):
+        def visit(new, node):
+            if node.op == old:
+                inputs = [node.inputs[0]] * 2 if same_input else node.inputs
+                new.add(node.copy(op=new_op, inputs=inputs))
+            return node.id
+        return graph.rebuild(visit), PassStats(name, changed=1)
+    return run
+
+
 def nudge_constants(scale):
     """A pass that scales every floating constant by ``scale`` (a small change, or a large one)."""
     def nudge(graph):
@@ -108,14 +121,8 @@ def test_stabilize_making_an_overflow_finite_is_not_a_break():
 
 
 def test_a_result_turning_infinite_is_a_break():
-    def log_of_exp_unfolded(graph):
-        # replaces softplus(x) = log(1 + exp(x)) by exp: finite in, inf out for large x
-        def visit(new, node):
-            if node.op == "softplus":
-                new.add(node.copy(op="exp"))
-            return node.id
-        return graph.rebuild(visit), PassStats("softplus_to_exp", changed=1)
-
+    # replaces softplus(x) = log(1 + exp(x)) by exp: finite in, inf out for large x
+    log_of_exp_unfolded = swapping("softplus", "exp", "softplus_to_exp")
     x = sg.placeholder((2,), name="x")
     with np.errstate(all="ignore"):
         assert bisect(sg.softplus(x), {x: np.array([1000.0, 0.0])}, passes=[log_of_exp_unfolded]) \
@@ -125,13 +132,7 @@ def test_a_result_turning_infinite_is_a_break():
 def test_a_pass_that_leaves_a_graph_that_cannot_run_is_the_one_named():
     # the point of bisect is finding the pass to blame: a graph that fails at run time after a pass
     # (here an elementwise mul turned into a matmul with a 0-d operand) is a broken result of that pass
-    def mul_to_matmul(graph):
-        def visit(new, node):
-            if node.op == "mul":
-                new.add(node.copy(op="matmul"))
-            return node.id
-        return graph.rebuild(visit), PassStats("mul_to_matmul", changed=1)
-
+    mul_to_matmul = swapping("mul", "matmul", "mul_to_matmul")
     x = sg.placeholder((2, 3), name="x")
     y = sg.sum(x + x * 2)
     assert bisect(y, {x: np.ones((2, 3))}, passes=["cse", mul_to_matmul, "dce"]) == "mul_to_matmul"
@@ -187,26 +188,14 @@ def test_an_infinity_changing_sign_is_a_break():
 
 
 def test_an_infinity_turning_nan_is_a_break():
-    def exp_to_inf_minus_inf(graph):
-        def visit(new, node):
-            if node.op == "exp":
-                new.add(node.copy(op="sub", inputs=[node.inputs[0], node.inputs[0]]))
-            return node.id
-        return graph.rebuild(visit), PassStats("inf_minus_inf", changed=1)
-
+    exp_to_inf_minus_inf = swapping("exp", "sub", "inf_minus_inf", same_input=True)
     x = sg.placeholder((2,), name="x")
     with np.errstate(all="ignore"):
         assert bisect(sg.exp(x), {x: np.array([np.inf, np.inf])}, passes=[exp_to_inf_minus_inf]) == "inf_minus_inf"
 
 
 def test_a_nan_turning_into_a_number_is_a_break():
-    def sqrt_to_abs(graph):
-        def visit(new, node):
-            if node.op == "sqrt":
-                new.add(node.copy(op="abs"))
-            return node.id
-        return graph.rebuild(visit), PassStats("sqrt_to_abs", changed=1)
-
+    sqrt_to_abs = swapping("sqrt", "abs", "sqrt_to_abs")
     x = sg.placeholder((2,), name="x")
     with np.errstate(all="ignore"):
         assert bisect(sg.sqrt(x), {x: np.array([-1.0, -4.0])}, passes=[sqrt_to_abs]) == "sqrt_to_abs"
