@@ -191,12 +191,20 @@ class Function:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
         if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)) or not self._positional:
-            keyed = kwargs if not args else args[0] if len(args) == 1 and type(args[0]) is dict and not kwargs else None
-            values = self._in_order(keyed) if keyed is not None else None
-            if values is None:
-                return self._call(self._feeds(args, kwargs))    # (and every error about the feeds)
-            return self._fast(*values)
+            return self._call_keyed(args, kwargs)
         return self._fast(*args)
+
+    def _call_keyed(self, args, kwargs):
+        """A call by dict or keywords, or one the positional fast path does not take."""
+        keyed = None
+        if kwargs and not args:
+            keyed = kwargs
+        elif len(args) == 1 and type(args[0]) is dict and not kwargs:
+            keyed = args[0]
+        values = None if keyed is None else self._in_order(keyed)
+        if values is None:
+            return self._call(self._feeds(args, kwargs))    # (and every error about the feeds)
+        return self._fast(*values)
 
     def _in_order(self, feeds):
         """The values of a dict (or keywords) that feeds every input exactly once, in inputs order; None for
