@@ -24,10 +24,9 @@ from .codegen import comment, identifier
 MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 
 _UNARY = {
-    "neg": "(-{0})", "exp": "exp({0})", "log": "log({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
-    "sqrt": "sqrt({0})", "sin": "sin({0})", "cos": "cos({0})", "abs": "abs({0})",
+    "neg": "(-{0})", "sqrt": "sqrt({0})", "abs": "abs({0})",
     "square": "({0} * {0})", "relu": "({0} if not {0} <= 0.0 else 0.0)", "stop_gradient": "{0}",
-    "sigmoid": "sigmoid({0})", "softplus": "softplus({0})", "sign": "sign({0})",
+    "sign": "sign({0})",
 }
 _BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -38,26 +37,49 @@ _BINARY = {
 }
 _VIEWS = ("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "getitem")
 _ROWWISE = ("softmax", "log_softmax", "logsumexp")
-# numpy's own kernels whose bits libm's (the math module's) do not give: one numpy call per node instead
-# (numpy 2.4 on AVX2: np.tanh is a SIMD polynomial 1 ulp from math.tanh on about a third of inputs; exp,
-# log, log1p, expm1, sqrt, sin, cos, pow, and so sigmoid and softplus, agree on 1e5 inputs of six ranges)
-_NUMPY_KERNELS = {"tanh": ("tanh_one", "tanh_each")}
-SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | set(_NUMPY_KERNELS) | {
-    "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy", "one_hot", "concatenate",
-    "stack", "getitem_grad", "constant", "placeholder", "parameter"}
+# Transcendental functions run on numpy's own kernels, one call per node: which kernel numpy uses depends
+# on the CPU (on AVX512 its float64 exp, log, pow and tanh are SIMD code whose last bits differ from libm's,
+# the math module's, on up to a third of inputs; on AVX2 tanh does), so only numpy's call gives numpy's
+# bits everywhere. Arithmetic, comparisons and sqrt (correctly rounded by IEEE 754) stay Python floats.
+_NUMPY_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sin", "cos", "tanh")
+SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | set(_NUMPY_FUNCTIONS) | {
+    "sigmoid", "softplus", "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy",
+    "one_hot", "concatenate", "stack", "getitem_grad", "constant", "placeholder", "parameter"}
+EACH = 4          # from this many elements on, one call for a node's elements costs less than one each
 
 
-def _tanh_one(value):
-    return float(np.tanh(value))       # (a Python float: the generated code's division must still raise)
+def _numpy_one(ufunc):
+    def one(value):
+        return float(ufunc(value))      # (a Python float: the generated code's division must still raise)
+    return one
 
 
-def _tanh_each(values):
-    return np.tanh(values).tolist()    # one call for a node's elements: 4 or more cost less than one each
+def _numpy_each(ufunc):
+    def each(values):
+        return ufunc(values).tolist()
+    return each
 
 
-HELPERS = dict(scalar_math.FUNCTIONS, exp=math.exp, log=math.log, log1p=math.log1p, expm1=math.expm1,
-               sqrt=math.sqrt, sin=math.sin, cos=math.cos, pow=math.pow, tanh_one=_tanh_one,
-               tanh_each=_tanh_each, np=np, inf=math.inf, nan=math.nan)
+def _power_each(bases, exponent):
+    # one exponent for every base (numpy's loop then reads it with a step of 0, and takes its shortcuts)
+    return np.power(bases, exponent).tolist()
+
+
+def _power_pairs(bases, exponents):
+    return np.power(bases, exponents).tolist()
+
+
+def _sigmoid_tail(x, e):
+    # what sigmoid_kernel does with e = exp(-|x|), which never overflows
+    r = 1.0 / (1.0 + e)
+    return r if x >= 0 else e * r
+
+
+HELPERS = dict(scalar_math.FUNCTIONS, sqrt=math.sqrt, power_each=_power_each, power_pairs=_power_pairs,
+               sigmoid_tail=_sigmoid_tail, np=np, inf=math.inf, nan=math.nan)
+for _name in _NUMPY_FUNCTIONS:
+    HELPERS[f"{_name}_one"] = _numpy_one(getattr(np, _name))
+    HELPERS[f"{_name}_each"] = _numpy_each(getattr(np, _name))
 
 
 class Unsupported(Exception):
@@ -220,15 +242,20 @@ def _node(em, node, ins, shapes, nodes):
         return _atoms(node.value.shape, lambda k: _literal(node.value.reshape(-1)[k]))
     if op in _UNARY:
         return _elementwise(em, _UNARY[op], ins, shape)
-    if op in _NUMPY_KERNELS:
-        one, each = _NUMPY_KERNELS[op]
-        values = np.broadcast_to(ins[0], shape).reshape(-1).tolist()
-        if len(values) < 4:
-            return _elementwise(em, one + "({0})", ins, shape)
-        names = em.assign_many(f"{each}(({', '.join(values)},))", len(values))
-        return np.array(names, dtype=object).reshape(shape)
+    if op in _NUMPY_FUNCTIONS:
+        return _applied(em, op, _flat(ins[0], shape), shape)
+    if op == "sigmoid":
+        xs = _flat(ins[0], shape)
+        es = _numpy_call(em, "exp", [f"(-abs({x}))" for x in xs])
+        return _elementwise(em, "sigmoid_tail({0}, {1})", [np.array(xs, dtype=object), np.array(es, dtype=object)],
+                            shape)
+    if op == "softplus":          # as softplus_kernel: log1p(exp(-|x|)) + maximum(x, 0)
+        xs = _flat(ins[0], shape)
+        logs = _numpy_call(em, "log1p", _numpy_call(em, "exp", [f"(-abs({x}))" for x in xs]))
+        return _elementwise(em, "({1} + ({0} if {0} > 0.0 else 0.0))",
+                            [np.array(xs, dtype=object), np.array(logs, dtype=object)], shape)
     if op == "pow":
-        return _elementwise(em, _power(node, ins[1], shapes, nodes), ins, shape)
+        return _power(em, node, ins, shapes, nodes)
     if op in _BINARY:
         return _elementwise(em, _BINARY[op], ins, shape)
     if op == "where":
@@ -287,20 +314,40 @@ def _node(em, node, ins, shapes, nodes):
 _SHORTCUTS = {0.5: "sqrt({0})", 2.0: "({0} * {0})", -1.0: "(1.0 / {0})"}
 
 
-def _power(node, exponent, shapes, nodes):
-    """The expression numpy's power computes: where its loop reads one exponent for all elements, its
-    shortcuts (a square root for 0.5, a*a for 2, 1/a for -1; scalar_math.power), else pow. math.sqrt and
-    math.pow raise on negative bases, and 1/0 raises: then numpy's plan runs."""
+def _power(em, node, ins, shapes, nodes):
+    """What numpy's power computes: where its loop reads one exponent for all elements, its shortcuts (a
+    square root for 0.5, a*a for 2, 1/a for -1) as Python arithmetic, else numpy's own power."""
+    shape = shapes[node.id]
     one = fuse.one_exponent(nodes, shapes, node)
-    numbers = [_number(e) for e in np.asarray(exponent).reshape(-1)]
-    plain = all(v is not None and v not in _SHORTCUTS for v in numbers)
-    if one is None and not plain:
+    numbers = [_number(e) for e in np.asarray(ins[1]).reshape(-1)]
+    if one is None:
         raise Unsupported("an exponent broadcast along some axes only: numpy's loop order decides")
-    if not one or plain:
-        return "pow({0}, {1})"
-    if len(set(numbers)) == 1 and numbers[0] in _SHORTCUTS:
-        return _SHORTCUTS[numbers[0]]
-    return "power({0}, {1})"
+    bases = ", ".join(_flat(ins[0], shape))
+    if not one:
+        exponents = ", ".join(_flat(ins[1], shape))
+        names = em.assign_many(f"power_pairs(({bases},), ({exponents},))", math.prod(shape))
+        return np.array(names, dtype=object).reshape(shape)
+    if numbers[0] in _SHORTCUTS:
+        return _elementwise(em, _SHORTCUTS[numbers[0]], ins[:1], shape)
+    exponent = np.asarray(ins[1]).reshape(-1)[0]
+    # scalar_math.power takes numpy's shortcuts for a fed exponent, numpy's power does the rest
+    names = em.assign_many(f"power_each(({bases},), {exponent})", math.prod(shape))
+    return np.array(names, dtype=object).reshape(shape)
+
+
+def _flat(atoms, shape):
+    return np.broadcast_to(atoms, shape).reshape(-1).tolist()
+
+
+def _numpy_call(em, function, args):
+    """Names of ``function`` (numpy's kernel) of each expression in ``args``: one call for them all."""
+    if len(args) < EACH:
+        return [em.assign(f"{function}_one({a})") for a in args]
+    return em.assign_many(f"{function}_each(({', '.join(args)},))", len(args))
+
+
+def _applied(em, function, args, shape):
+    return np.array(_numpy_call(em, function, args), dtype=object).reshape(shape)
 
 
 def _number(atom):
@@ -388,15 +435,13 @@ def _rowwise(em, op, x, axes, keepdims, shape):
         m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
         if op != "softmax":          # numpy's logsumexp makes an infinite max 0; its softmax does not
             m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
-        exps = [em.assign(f"exp({v} - {m})") for v in row]
+        exps = _numpy_call(em, "exp", [f"{v} - {m}" for v in row])
         total = em.assign(f"0.0 + {add(exps)}")
         if op == "softmax":
             out[idx] = [em.assign(f"{e} / {total}") for e in exps]
-        elif op == "log_softmax":
-            lse = em.assign(f"log({total}) + {m}")
-            out[idx] = [em.assign(f"{v} - {lse}") for v in row]
-        else:
-            out[idx] = em.assign(f"log({total}) + {m}")
+            continue
+        lse = em.assign(f"log_one({total}) + {m}")
+        out[idx] = [em.assign(f"{v} - {lse}") for v in row] if op == "log_softmax" else lse
     if op == "logsumexp":
         return np.expand_dims(out, axis) if keepdims else out.reshape(shape)
     return np.moveaxis(out, -1, axis)
@@ -413,14 +458,16 @@ def _cross_entropy(em, logits, labels):
     rows = logits.reshape(-1, logits.shape[-1])
     labels = labels.reshape(-1)
     add_row = _summation(rows.shape, (1,))
-    terms = []
+    totals, maxima, picked = [], [], []
     for row, label in zip(rows, labels):
         _check_label(em, label, len(row))
         m = em.assign(f"max({', '.join(row)})")
         m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")     # an infinite max must not make nan
-        exps = [em.assign(f"exp({v} - {m})") for v in row]
-        total = em.assign(f"0.0 + {add_row(exps)}")
-        picked = em.assign(f"({', '.join(row)},)[{label}]")
-        terms.append(em.assign(f"log({total}) + {m} - {picked}"))
+        exps = _numpy_call(em, "exp", [f"{v} - {m}" for v in row])
+        totals.append(em.assign(f"0.0 + {add_row(exps)}"))
+        maxima.append(m)
+        picked.append(em.assign(f"({', '.join(row)},)[{label}]"))
+    logs = _numpy_call(em, "log", totals)
+    terms = [em.assign(f"{log} + {m} - {p}") for log, m, p in zip(logs, maxima, picked)]
     add = _summation((len(terms),), (0,))
     return np.array(em.assign(f"(0.0 + {add(terms)}) / {float(len(terms))!r}"), dtype=object)
