@@ -45,7 +45,7 @@ _NUMPY_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sin", "cos", "tanh")
 SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | set(_NUMPY_FUNCTIONS) | {
     "sigmoid", "softplus", "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy",
     "one_hot", "concatenate", "stack", "getitem_grad", "constant", "placeholder", "parameter"}
-EACH = 4          # from this many elements on, one call for a node's elements costs less than one each
+EACH = 6          # from this many elements on, one call for a node's elements costs less than one each (numpy 2.4)
 
 
 def _numpy_one(ufunc):

@@ -230,3 +230,38 @@ def test_one_exponent_rounds_like_numpys_shortcuts(power):
     got = fused(X, np.array(power))
     assert fused.report().summary["fused_regions"] == 1
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("function", ["sin", "cos", "tanh"])
+def test_vectorized_sin_cos_tanh_stay_within_3_ulp_and_fall_back_to_libm_outside_their_range(function):
+    # Blocks whose inputs the polynomials cover run vector_math's kernels (a few ulp from numpy's libm or
+    # SIMD bits, and bit for bit what the kernels give in Python); a block holding an infinity, a nan or a
+    # huge number is computed with libm's call.
+    from staticgrad import vector_math
+    kernel = {"sin": lambda v: vector_math.sin_cos_kernel(v, False),
+              "cos": lambda v: vector_math.sin_cos_kernel(v, True), "tanh": vector_math.tanh_kernel}[function]
+
+    def after(values):                       # the arithmetic that makes the region deep enough to fuse
+        for _ in range(4):
+            values = values * 0.5 + 0.25
+        return values
+
+    n = 20000
+    x = sg.placeholder((n,), name="x")
+    y = after(getattr(sg, function)(x))
+    rng = np.random.default_rng(11)
+    X = np.sign(rng.normal(size=n)) * 10.0 ** rng.uniform(-6, 4.9, n)
+    X[:4] = [0.0, -0.0, 5e-324, vector_math.SIN_COS_LIMIT]
+    X[-4:] = [np.inf, -np.nan, 1e6, -1e300]          # the last block: libm's calls
+    with np.errstate(all="ignore"):
+        want = sg.compile(y, inputs=[x])(X)
+        fused = sg.compile(y, inputs=[x], backend="numba")
+        got = fused(X)
+    assert fused.report().summary["fused_regions"] == 1
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(got[-4:], want[-4:])     # nan equals nan here
+    np.testing.assert_array_equal(got[:2000], after(np.array([kernel(v) for v in X[:2000].tolist()])))
+    pure = np.array([kernel(v) for v in X[:-4].tolist()])
+    exact = getattr(np, function)(X[:-4])
+    assert np.all(np.abs(pure - exact) <= 3 * np.spacing(np.abs(exact)))
