@@ -14,6 +14,7 @@ scalar code raises and the caller reruns the numpy plan, so results never silent
 from __future__ import annotations
 
 import math
+import operator
 import re
 
 import numpy as np
@@ -69,14 +70,9 @@ def _power_pairs(bases, exponents):
     return np.power(bases, exponents).tolist()
 
 
-def _sigmoid_tail(x, e):
-    # what sigmoid_kernel does with e = exp(-|x|), which never overflows
-    r = 1.0 / (1.0 + e)
-    return r if x >= 0 else e * r
-
-
 HELPERS = dict(scalar_math.FUNCTIONS, sqrt=math.sqrt, power_each=_power_each, power_pairs=_power_pairs,
-               sigmoid_tail=_sigmoid_tail, np=np, inf=math.inf, nan=math.nan)
+               np=np, inf=math.inf, nan=math.nan)
+HELPERS.update({f"dtype_{t.__name__}": np.dtype(t) for t in (np.float64, np.int64, np.int32, np.bool_)})
 for _name in _NUMPY_FUNCTIONS:
     HELPERS[f"{_name}_one"] = _numpy_one(getattr(np, _name))
     HELPERS[f"{_name}_each"] = _numpy_each(getattr(np, _name))
@@ -214,26 +210,52 @@ def _unpack(em, source, shape):
     if n == 0:
         raise Unsupported("empty tensor")
     em.count += 1
-    names = [f"u{em.count}_{k}" for k in range(n)]
-    # tolist() gives Python floats, ints and bools: exactly the scalars the generated code computes on.
-    em.lines.append(f"    {', '.join(names)}, = {source}.reshape(-1).tolist()")
-    return np.array(names, dtype=object).reshape(shape)
+    names = np.array([f"u{em.count}_{k}" for k in range(n)], dtype=object).reshape(shape)
+    # tolist() gives Python floats, ints and bools: exactly the scalars the generated code computes on;
+    # nested lists unpack into nested targets, without a reshape (shapes are the plan's: feeds are checked
+    # against it, parameters against their own)
+    em.lines.append(f"    {_nested(names)} = {source}.tolist()")
+    return names
+
+
+def _nested(atoms):
+    """``atoms`` (names) as a nested list display: a target to unpack into, or a list to make an array of."""
+    if isinstance(atoms, str):
+        return atoms
+    if atoms.ndim == 0:
+        return str(atoms[()])
+    return "[" + ", ".join(_nested(a) for a in atoms) + "]"
 
 
 def _pack(em, atoms, dtype):
-    flat = ", ".join(atoms.reshape(-1).tolist())
-    if atoms.ndim == 0:
-        return f"np.array({flat}, dtype={dtype.name!r})"
-    return f"np.array([{flat}], dtype={dtype.name!r}).reshape({atoms.shape!r})"
+    # a dtype object bound once (a string would be parsed on every call)
+    kind = f"dtype_{dtype.name}" if f"dtype_{dtype.name}" in HELPERS else f"np.dtype({dtype.name!r})"
+    if atoms.ndim <= 1:
+        return f"np.array({_nested(atoms)}, {kind})"
+    return f"np.array([{', '.join(atoms.reshape(-1).tolist())}], {kind}).reshape({atoms.shape!r})"
 
 
-def _elementwise(em, template, operands, shape):
+# Python's float arithmetic is IEEE's, as numpy's: on two literals it is done once, when generating.
+_ARITHMETIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+
+
+def _elementwise(em, template, operands, shape, fold=None):
     arrays = np.broadcast_arrays(*operands)
     out = np.empty(shape, dtype=object)
     flat = out.reshape(-1)
     for k, parts in enumerate(zip(*(a.reshape(-1) for a in arrays))):
-        flat[k] = em.assign(template.format(*parts))
+        numbers = [_float_literal(p) for p in parts] if fold else [None]
+        if None not in numbers and (fold is not operator.truediv or numbers[1] != 0.0):
+            flat[k] = _literal(fold(*numbers))
+        else:
+            flat[k] = em.assign(template.format(*parts))
     return out
+
+
+def _float_literal(atom):
+    # only a float literal: integer literals (int64 arithmetic) and bools keep their own rules
+    value = _number(atom)
+    return value if value is not None and ("." in atom or "e" in atom or "inf" in atom or "nan" in atom) else None
 
 
 def _node(em, node, ins, shapes, nodes):
@@ -247,7 +269,9 @@ def _node(em, node, ins, shapes, nodes):
     if op == "sigmoid":
         xs = _flat(ins[0], shape)
         es = _numpy_call(em, "exp", [f"(-abs({x}))" for x in xs])
-        return _elementwise(em, "sigmoid_tail({0}, {1})", [np.array(xs, dtype=object), np.array(es, dtype=object)],
+        # then what sigmoid_kernel does with e = exp(-|x|): r = 1/(1 + e), r where x >= 0, else e*r
+        return _elementwise(em, "(1.0 / (1.0 + {1}) if {0} >= 0 else {1} * (1.0 / (1.0 + {1})))",
+                            [np.array(xs, dtype=object), np.array(es, dtype=object)],
                             shape)
     if op == "softplus":          # as softplus_kernel: log1p(exp(-|x|)) + maximum(x, 0)
         xs = _flat(ins[0], shape)
@@ -256,6 +280,8 @@ def _node(em, node, ins, shapes, nodes):
                             [np.array(xs, dtype=object), np.array(logs, dtype=object)], shape)
     if op == "pow":
         return _power(em, node, ins, shapes, nodes)
+    if op in _ARITHMETIC:
+        return _elementwise(em, _BINARY[op], ins, shape, fold=_ARITHMETIC[op])
     if op in _BINARY:
         return _elementwise(em, _BINARY[op], ins, shape)
     if op == "where":

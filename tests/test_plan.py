@@ -1,4 +1,6 @@
 """Execution plans: concrete shapes per call signature, memory planning into a reusable workspace, costs."""
+import re
+
 import numpy as np
 import pytest
 
@@ -419,6 +421,30 @@ def test_tiny_float_graphs_run_as_scalar_code():
     assert any(c.startswith("# matmul @ ") and here in c for c in comments)
     assert any("[backward: VJP of sigmoid node" in c for c in comments)
     assert fn.source.startswith("def run(x):")
+    # arithmetic on two numbers known when generating (the mean's 1/n) is done then, not on every call
+    assert not any(re.search(r"= \(-?[0-9.]+ [-+*/] -?[0-9.]+\)$", line) for line in code), code
+    # arrays unpack into nested names and are made without a reshape where they have one axis
+    assert "[[u1_0, u1_1], [u1_2, u1_3]] = x.tolist()" in fn.source and "reshape(-1)" not in fn.source
+
+
+@pytest.mark.parametrize("numbers", [(1.0, 3.0), (-0.0, 0.0), (np.inf, -np.inf), (1e308, 10.0), (2.0, 0.0), (np.nan, 1.0)])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_scalar_code_folds_arithmetic_on_two_known_numbers_as_numpy_computes_it(op, numbers):
+    # signed zeros, inf - inf, overflow; a division by zero is left to run (it raises, and the numpy plan
+    # gives numpy's inf)
+    from staticgrad import scalarize
+    em = scalarize._Emitter()
+    atoms = [np.array(scalarize._literal(v), dtype=object) for v in numbers]
+    template, fold = scalarize._BINARY[op], scalarize._ARITHMETIC[op]
+    (atom,) = scalarize._elementwise(em, template, atoms, (1,), fold=fold)
+    ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op]
+    with np.errstate(all="ignore"):
+        want = ufunc(np.float64(numbers[0]), np.float64(numbers[1]))
+    if op == "div" and numbers[1] == 0.0:
+        assert em.lines and atom.startswith("s")
+        return
+    assert not em.lines
+    assert _bits_equal(np.float64(eval(atom, dict(scalarize.HELPERS))), want)
 
 
 def test_multi_pass_kernels_never_write_over_their_own_operand():
