@@ -400,6 +400,34 @@ def test_softmax_cross_entropy_kernels_follow_the_textbook_order_of_operations()
             nn_ops._sce_kernel(z, np.where(t == t[0, 0], -1, t).astype(np.int8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_cross_entropy_of_many_short_rows_keeps_the_textbook_bits(dtype):
+    # more rows than classes: the row maxima come from one reduction over the transposed rows
+    from staticgrad.ops import nn as nn_ops
+    rng = np.random.default_rng(4)
+    z = (rng.standard_normal((40, 5)) * 30).astype(dtype)
+    z[0] = -np.inf
+    z[1, 2] = np.nan
+    z[2] = [0.0, -0.0, -0.0, 0.0, -1.0]
+    z[3, 4] = np.inf
+    z[4] = [-0.0, -0.0, -0.0, -0.0, -0.0]
+    t = rng.integers(0, 5, 40)
+    m = z.max(axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    with np.errstate(all="ignore"):
+        e = np.exp(z - m)
+        s = e.sum(axis=1, keepdims=True)
+        lse = np.log(s[:, 0]) + m[:, 0] - z[np.arange(40), t]
+        g = e / s
+        g[np.arange(40), t] -= 1
+        loss, grad = nn_ops._sce_pair_kernel(z, t)
+    np.testing.assert_array_equal(loss, np.add.reduce(lse) / 40)        # nan: row 1 has a nan
+    finite = [2] + list(range(4, 40))         # (rows 0, 1 and 3 give nan or inf)
+    assert nn_ops._sce_kernel(z[finite], t[finite]) == np.add.reduce(lse[finite]) / 37
+    np.testing.assert_array_equal(grad, g / 40)
+    assert np.signbit(grad).tolist() == np.signbit(g / 40).tolist()
+
+
 def test_concatenate_with_axis_none_flattens_as_numpy_does():
     a = sg.placeholder((2, 3), name="a", requires_grad=True)
     b = sg.placeholder((4,), name="b", requires_grad=True)

@@ -73,7 +73,12 @@ def _rows(logits, labels):
     classes = logits.shape[-1]
     _check_labels(labels, classes)
     z = logits.reshape(-1, classes)
-    m = np.maximum.reduce(z, axis=1, keepdims=True)
+    if classes < 32 and len(z) > classes:
+        # numpy reduces a short inner axis row by row (6 us for 128 rows of 10); across the rows of the
+        # transposed copy it is one vector pass (under 2 us). A max is exact in any order.
+        m = np.maximum.reduce(z.T.copy(), axis=0).reshape(-1, 1)
+    else:
+        m = np.maximum.reduce(z, axis=1, keepdims=True)
     # One sum stands in for an all(isfinite) over the rows; an overflowing sum of finite maxima only
     # sends it down the exact path, which then changes nothing.
     if not np.isfinite(np.add.reduce(m, axis=None)):
