@@ -9,7 +9,7 @@ import networkx as nx
 
 from . import ops
 from . import stable
-from .graph import to_digraph
+from .graph import post_order, to_digraph
 from .rewrite import rewrite_tensors
 from .ops.registry import ELEMENTWISE, REGISTRY, apply
 from .tensor import CONTEXT, GradError, Tensor, building, format_shape, gc_paused, user_frame
@@ -162,11 +162,12 @@ def _reverse_sweep_plain(y, wrt, seed, origin=None):
     contributions = {y.id: (seed, [seed])} if y.id in cone else {}
     adjoint = {}
     sweep = []      # one step per node visited: what a reader of the backward pass wants to see
-    for node_id in reversed(list(nx.topological_sort(graph))):
+    # eager mode's order (graph.post_order): fork sums add their terms in the same order, same bits
+    for node in reversed(post_order([y], lambda x: x.id in cone)):
+        node_id = node.id
         entry = contributions.pop(node_id, None)
         if entry is None:
             continue
-        node = graph.nodes[node_id]["tensor"]
         g, parts = entry
         adjoint[node_id] = g
         step = {"node": node_id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import stable
 from .autodiff import sum_to_shape
+from .graph import post_order
 from .ops import registry
 from .ops.registry import REGISTRY, as_tensor
 from .rewrite import rewrite_tensors
@@ -316,22 +317,8 @@ def _seed(y, grad_output, who, needs_grad=True):
 
 
 def _topological(roots):
-    """Tensors that need a gradient, inputs before users (iterative depth-first post-order)."""
-    order, seen = [], set()
-    stack = [(r, False) for r in reversed(roots)]
-    while stack:
-        t, finished = stack.pop()
-        if finished:
-            order.append(t)
-            continue
-        if t.id in seen:
-            continue
-        seen.add(t.id)
-        stack.append((t, True))
-        for x in t.inputs:
-            if x.id not in seen and x._requires_grad and type(x) is EagerTensor:
-                stack.append((x, False))
-    return order
+    """Tensors that need a gradient, inputs before users (graph.post_order, as sg.grad sweeps)."""
+    return post_order(roots, lambda x: x._requires_grad and type(x) is EagerTensor)
 
 
 def _as_eager(g):

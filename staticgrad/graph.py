@@ -44,6 +44,30 @@ def topological_order(tensors) -> list:
     return [g.nodes[i]["tensor"] for i in nx.topological_sort(g)]
 
 
+def post_order(roots, follow) -> list:
+    """The tensors ``roots`` depend on through inputs ``follow(t)`` accepts, inputs before their users:
+    an iterative depth-first post-order that explores each tensor's last input first.
+
+    sg.grad and eager mode both sweep in the reverse of this order, so the contributions meeting at a fork
+    arrive, and are added, in the same order in both: their gradients have the same bits.
+    """
+    order, seen = [], set()
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        t, finished = stack.pop()
+        if finished:
+            order.append(t)
+            continue
+        if t.id in seen:
+            continue
+        seen.add(t.id)
+        stack.append((t, True))
+        for x in t.inputs:
+            if x.id not in seen and follow(x):
+                stack.append((x, False))
+    return order
+
+
 class Node:
     """One IR node: an op applied to other nodes (by id). Mutable, unlike the user's tensors."""
 
