@@ -13,6 +13,7 @@ scalar code raises and the caller reruns the numpy plan, so results never silent
 """
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 import re
@@ -173,7 +174,8 @@ def generate(graph, order, params, inputs, shapes) -> str:
     em = _Emitter()
     nodes = graph.nodes
     val = {}
-    args, taken = [], set(HELPERS) | {"run", "P"}
+    # (a placeholder named abs or max must not hide the builtin the generated code calls)
+    args, taken = [], set(HELPERS) | set(dir(builtins)) | {"run", "P"}
     for k, i in enumerate(inputs):
         name = identifier(nodes[i].name, taken)
         if name is None or _GENERATED.match(name):
@@ -346,17 +348,18 @@ def _power(em, node, ins, shapes, nodes):
     shape = shapes[node.id]
     one = fuse.one_exponent(nodes, shapes, node)
     numbers = [_number(e) for e in np.asarray(ins[1]).reshape(-1)]
-    if one is None:
+    plain = all(v is not None and v not in _SHORTCUTS for v in numbers)
+    if one is None and not plain:
         raise Unsupported("an exponent broadcast along some axes only: numpy's loop order decides")
     bases = ", ".join(_flat(ins[0], shape))
-    if not one:
+    if not one:         # (an exponent without shortcuts gives pow's bits however numpy's loop reads it)
         exponents = ", ".join(_flat(ins[1], shape))
         names = em.assign_many(f"power_pairs(({bases},), ({exponents},))", math.prod(shape))
         return np.array(names, dtype=object).reshape(shape)
     if numbers[0] in _SHORTCUTS:
         return _elementwise(em, _SHORTCUTS[numbers[0]], ins[:1], shape)
     exponent = np.asarray(ins[1]).reshape(-1)[0]
-    # scalar_math.power takes numpy's shortcuts for a fed exponent, numpy's power does the rest
+    # a fed exponent: numpy's power, given one number, takes its shortcuts itself
     names = em.assign_many(f"power_each(({bases},), {exponent})", math.prod(shape))
     return np.array(names, dtype=object).reshape(shape)
 
@@ -487,7 +490,7 @@ def _cross_entropy(em, logits, labels):
     totals, maxima, picked = [], [], []
     for row, label in zip(rows, labels):
         _check_label(em, label, len(row))
-        m = em.assign(f"max({', '.join(row)})")
+        m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
         m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")     # an infinite max must not make nan
         exps = _numpy_call(em, "exp", [f"{v} - {m}" for v in row])
         totals.append(em.assign(f"0.0 + {add_row(exps)}"))

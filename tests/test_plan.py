@@ -576,6 +576,35 @@ def test_scalar_power_of_any_exponent_has_numpys_bits(exponent):
         assert _bits_equal(got, want), (X, Y, got, want)
 
 
+def test_scalar_code_of_an_exponent_broadcast_along_some_axes_has_numpys_bits():
+    # numpy's loop order decides whether it reads such an exponent once per row; without a shortcut
+    # exponent (0.5, 2, -1) that changes nothing, and the plan runs as scalar code
+    x = sg.placeholder((2, 3), name="x")
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        X = rng.normal(size=(2, 3)) * 3
+        want, got = forced_scalar_results(sg.abs(x) ** sg.constant(np.array([1.7, 2.3, -0.4])), [x], [X])
+        assert _bits_equal(got, want), (X, got, want)
+
+
+def test_scalar_cross_entropy_of_one_class():
+    z = sg.placeholder((3, 1), name="z")
+    t = sg.placeholder((3,), dtype="int64", name="t")
+    want, got = forced_scalar_results(sg.softmax_cross_entropy(z, t), [z, t],
+                                      [np.array([[1.0], [np.inf], [-3.0]]), np.array([0, 0, 0])])
+    assert _bits_equal(got, want), (got, want)
+
+
+def test_placeholders_named_like_python_builtins_keep_the_scalar_code():
+    # the generated code calls abs and max: an argument of that name must not hide them
+    a = sg.placeholder((2,), name="abs")
+    m = sg.placeholder((2, 3), name="max")
+    t = sg.placeholder((2,), dtype="int64", name="int")
+    fn = sg.compile([sg.sigmoid(a) * 2.0, sg.softmax_cross_entropy(m, t)], inputs=[a, m, t])
+    fn(np.array([0.3, -1.0]), np.ones((2, 3)), np.array([0, 2]))
+    assert fn.report().summary["program"] == "scalar"
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 def test_scalar_row_sums_of_softmax_add_in_numpy_order(op):
     # numpy sums the row's exp(x - max) pairwise (12 numbers: 8 partial sums); in order, the last bit
