@@ -1,4 +1,4 @@
-"""vector_math: the polynomial sin, cos and tanh the numba backend vectorizes stay within 3 ulp of numpy's."""
+"""vector_math: the polynomial sin and cos the numba backend vectorizes stay within 1 ulp of numpy's, tanh 3."""
 import math
 
 import numpy as np
@@ -29,10 +29,15 @@ def ulps(got, want):
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))
 @pytest.mark.parametrize("function", ["sin", "cos"])
-def test_sin_and_cos_are_within_3_ulp_of_numpy(function, sample):
+def test_sin_and_cos_are_within_1_ulp_of_numpy(function, sample):
     xs = SAMPLES[sample]
-    got = [vm.sin_cos_kernel(x, function == "cos") for x in xs.tolist()]
-    assert ulps(got, getattr(np, function)(xs)) <= 3
+    got = np.array([vm.sin_cos_kernel(x, function == "cos") for x in xs.tolist()])
+    want = getattr(np, function)(xs)
+    assert ulps(got, want) <= 1
+    # the reduction's rounding error is carried, and 1 - z/2 rounds once: numpy's (glibc's) bits on most
+    # inputs, so a later cancellation (1 - cos(x) near 0) differs from numpy's result as little as it can
+    if len(xs) >= 1000:
+        assert np.mean(got != want) < 0.06
 
 
 @pytest.mark.parametrize("sample", sorted(TANH_SAMPLES))
