@@ -265,3 +265,17 @@ def test_vectorized_sin_cos_tanh_stay_within_3_ulp_and_fall_back_to_libm_outside
     pure = np.array([kernel(v) for v in X[:-4].tolist()])
     exact = getattr(np, function)(X[:-4])
     assert np.all(np.abs(pure - exact) <= 3 * np.spacing(np.abs(exact)))
+
+
+def test_large_regions_fuse_only_for_an_op_numpy_runs_one_number_at_a_time():
+    # over 20,000 numbers numpy's vector loops beat the interpreter at arithmetic (by 1.3-1.6x), and lose
+    # to it at float64 sin (glibc's scalar call in numpy, a vectorized polynomial here)
+    x = sg.placeholder((20000,), name="x")
+    arithmetic, with_sin = x * 1.5, sg.sin(x)
+    for _ in range(10):
+        arithmetic, with_sin = arithmetic * 0.5 + x, with_sin * 0.5 + x
+    X = np.random.default_rng(5).normal(size=20000)
+    for y, regions in ((arithmetic, 0), (with_sin, 1)):
+        fn = sg.compile(y, inputs=[x], backend="numba")
+        assert_same([fn(X)], [sg.compile(y, inputs=[x])(X)])
+        assert fn.report().summary["fused_regions"] == regions
