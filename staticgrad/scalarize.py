@@ -6,10 +6,11 @@ are known, a static graph can be unrolled into straight-line float arithmetic in
 become sums of products, views (transpose, reshape, indexing, broadcasts) become pure renaming at
 generation time and cost nothing at run time.
 
-The generated ``run`` has the same signature and results as the numpy plan's (within rounding: numpy's
-pairwise sums and its transcendental kernels may differ in the last bit). Where Python's float semantics
-differ from numpy's (division by zero, overflow, domains of log/sqrt raise instead of giving inf/nan), the
-scalar code raises and the caller reruns the numpy plan, so results never silently differ.
+The generated ``run`` has the same signature and the same bits as the numpy plan's: sums add in numpy's
+order, transcendental functions call numpy's own kernels; only a matrix product's last bit can differ from
+BLAS's fused multiply-adds. Where Python's float semantics differ from numpy's (division by zero, overflow,
+sqrt of a negative number raise instead of giving inf/nan), the scalar code raises and the caller reruns
+the numpy plan, so results never silently differ.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ _UNARY = {
 }
 _BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "pow": "pow({0}, {1})", "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
+    "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
     "less": "({0} < {1})", "less_equal": "({0} <= {1})", "greater": "({0} > {1})",
     "greater_equal": "({0} >= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
     "logical_and": "({0} and {1})", "logical_or": "({0} or {1})",
@@ -45,7 +46,7 @@ _ROWWISE = ("softmax", "log_softmax", "logsumexp")
 # bits everywhere. Arithmetic, comparisons and sqrt (correctly rounded by IEEE 754) stay Python floats.
 _NUMPY_FUNCTIONS = ("exp", "log", "log1p", "expm1", "sin", "cos", "tanh")
 SUPPORTED = set(_UNARY) | set(_BINARY) | set(_VIEWS) | set(_ROWWISE) | set(_NUMPY_FUNCTIONS) | {
-    "sigmoid", "softplus", "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy",
+    "sigmoid", "softplus", "pow", "matmul", "sum", "mean", "where", "clip", "cast", "softmax_cross_entropy",
     "one_hot", "concatenate", "stack", "getitem_grad", "constant", "placeholder", "parameter"}
 EACH = 6          # from this many elements on, one call for a node's elements costs less than one each (numpy 2.4)
 
@@ -267,7 +268,7 @@ def _node(em, node, ins, shapes, nodes):
     if op in _UNARY:
         return _elementwise(em, _UNARY[op], ins, shape)
     if op in _NUMPY_FUNCTIONS:
-        return _applied(em, op, _flat(ins[0], shape), shape)
+        return _shaped(_numpy_call(em, op, _flat(ins[0], shape)), shape)
     if op == "sigmoid":
         xs = _flat(ins[0], shape)
         es = _numpy_call(em, "exp", [f"(-abs({x}))" for x in xs])
@@ -354,14 +355,12 @@ def _power(em, node, ins, shapes, nodes):
     bases = ", ".join(_flat(ins[0], shape))
     if not one:         # (an exponent without shortcuts gives pow's bits however numpy's loop reads it)
         exponents = ", ".join(_flat(ins[1], shape))
-        names = em.assign_many(f"power_pairs(({bases},), ({exponents},))", math.prod(shape))
-        return np.array(names, dtype=object).reshape(shape)
+        return _shaped(em.assign_many(f"power_pairs(({bases},), ({exponents},))", math.prod(shape)), shape)
     if numbers[0] in _SHORTCUTS:
         return _elementwise(em, _SHORTCUTS[numbers[0]], ins[:1], shape)
     exponent = np.asarray(ins[1]).reshape(-1)[0]
     # a fed exponent: numpy's power, given one number, takes its shortcuts itself
-    names = em.assign_many(f"power_each(({bases},), {exponent})", math.prod(shape))
-    return np.array(names, dtype=object).reshape(shape)
+    return _shaped(em.assign_many(f"power_each(({bases},), {exponent})", math.prod(shape)), shape)
 
 
 def _flat(atoms, shape):
@@ -375,8 +374,8 @@ def _numpy_call(em, function, args):
     return em.assign_many(f"{function}_each(({', '.join(args)},))", len(args))
 
 
-def _applied(em, function, args, shape):
-    return np.array(_numpy_call(em, function, args), dtype=object).reshape(shape)
+def _shaped(names, shape):
+    return np.array(names, dtype=object).reshape(shape)
 
 
 def _number(atom):
