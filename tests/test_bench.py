@@ -158,11 +158,40 @@ def test_floors_time_the_shared_calls_against_both_steps():
     from benchmarks import floors
     out = floors.measure(rounds=3, target_s=0.001)
     assert set(out) == {"B", "C"}
-    for name, floor in (("B", "8 matrix products"), ("C", "1,500 sin/cos/tanh calls")):
+    for name, bounds in (("B", {"8 matrix products", "leanest numpy step"}),
+                         ("C", {"1,500 sin/cos/tanh calls", "1,000 complex exp/tanh calls"})):
         rows = out[name]
-        assert set(rows) == {"hand numpy", "staticgrad", floor}
+        assert set(rows) == {"hand numpy", "staticgrad"} | bounds
         assert rows["hand numpy"]["ratio"] == 1.0
         assert all(r["median_s"] > 0 for r in rows.values())
+
+
+def test_the_lean_b_step_is_the_hand_written_step():
+    # A floor is only a floor if it does the whole job: same loss, same updates, step after step.
+    from benchmarks import floors
+    wl = workloads.get("B")
+    data = workloads.make_data(wl)
+    lean, params = floors.lean_step_of_b(data)
+    state = {k: data[k].copy() for k in workloads.B_PARAM_NAMES}
+    for _ in range(3):
+        want = reference.mlp_sgd_step(state, data["X"], data["t"])
+        got = lean()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        for k in workloads.B_PARAM_NAMES:
+            np.testing.assert_allclose(params[k], state[k], rtol=wl.rtol, atol=1e-6, err_msg=k)
+
+
+def test_the_complex_exp_floor_computes_the_chains_sin_and_cos():
+    from benchmarks import floors
+    wl = workloads.get("C")
+    data = workloads.make_data(wl)
+    calls, pairs = floors.sincos_of_c(data, 3)
+    calls()
+    h = data["x"]
+    for e in pairs:
+        np.testing.assert_allclose(e.real, np.cos(h), rtol=1e-15, atol=0)
+        np.testing.assert_allclose(e.imag, np.sin(h), rtol=1e-15, atol=0)
+        h = np.tanh(np.sin(h) * workloads.CHAIN_SCALE + data["x"])
 
 
 def test_without_a_peers_environment_peers_run_here_where_installed(monkeypatch, tmp_path):
