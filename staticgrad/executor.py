@@ -357,6 +357,38 @@ class Function:
         return [check_feed(node, given[node.id]) for node in self._inputs]
 
     def _assign(self, new_values, outputs, program, feeds=()):
+        if not self._handed_over(new_values, outputs, program):
+            self._assign_checked(new_values, outputs, program, feeds)
+
+    def _handed_over(self, new_values, outputs, program) -> bool:
+        """The training step's case, without the general checks: every new value is still in the
+        workspace buffer the plan wrote it to, and no output shows that memory. Such a buffer is the
+        plan's own (fresh, or a replaced value nothing else referred to), so it is of the parameter's shape
+        and dtype, and neither a feed's nor another parameter's: it can become the parameter's as it is."""
+        handoff, namespace = program.handoff, program.namespace
+        if len(handoff) != len(self._updates):
+            return False
+        buffers = set()
+        for _, k in self._updates:
+            value = new_values[k]
+            if namespace[handoff[k]] is not value:
+                return False
+            buffers.add(id(value))
+        for o in outputs:
+            if id(o) in buffers or (type(o) is np.ndarray and o.base is not None and id(o.base) in buffers):
+                return False
+        if len(buffers) != len(handoff):
+            return False
+        probe = object()        # referred to by this frame only: the count `old` must match to be alone
+        for param, k in self._updates:
+            old = param._value
+            param._value = value = new_values[k]
+            alone = (_REFCOUNTS and sys.getrefcount(old) == sys.getrefcount(probe) and type(old) is np.ndarray
+                     and old.base is None and old.flags.c_contiguous and old.flags.writeable)
+            namespace[handoff[k]] = old if alone else np.empty_like(value)
+        return True
+
+    def _assign_checked(self, new_values, outputs, program, feeds=()):
         # Check every new value before assigning any, so a failing call changes no parameter.
         # A value the caller or another parameter also holds is copied: a parameter owns its array
         # (an update to a feed, x itself or x * 1, must not follow the caller's later writes to x).

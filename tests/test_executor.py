@@ -455,6 +455,23 @@ def test_new_parameter_values_are_written_over_a_dying_buffer_then_handed_over(r
     assert re.search(r"= sub_\d+\(p_W, v\d+, (w\d+)\)  # sub \[update\] .*; \1 becomes W's array", fn.source)
 
 
+def test_a_step_whose_updates_all_stay_in_their_buffers_skips_the_general_checks(rng, monkeypatch):
+    # The checks a training step needs no more of: its new values are the plan's own buffers.
+    x, W, b, fn = _sgd(rng)
+    X = rng.normal(size=(4, 3))
+    fn(X)
+    monkeypatch.setattr(type(fn), "_assign_checked", lambda *args: pytest.fail("took the general path"))
+    W_before = W.value.copy()
+    fn(X)
+    assert not np.array_equal(W.value, W_before)
+    # an update no buffer holds (a parameter set to a feed) takes the general path, and its copy
+    y = sg.placeholder((3, 2), name="y")
+    W3 = sg.parameter(np.zeros((3, 2)), name="W3")
+    set_to = sg.compile([], inputs=[y], updates=[(W3, y)])
+    with pytest.raises(pytest.fail.Exception):
+        set_to(np.ones((3, 2)))
+
+
 def _tracer(frame, event, arg):
     frame.f_locals               # as a debugger does: local variables copied into a dict on every line
     return _tracer
