@@ -8,10 +8,12 @@ With a memory plan, results go into workspace buffers through ``out=`` (allocate
 from __future__ import annotations
 
 import keyword
+import math
 import re
 
 import numpy as np
 
+from .ops.elementwise import where_else_zero
 from .ops.registry import PAIRED, REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
@@ -84,6 +86,24 @@ def _kernel_for(nodes, node):
     if node.op == "matmul" and not any(_may_broadcast(nodes, j) for j in node.inputs):
         return np.matmul
     return REGISTRY[node.op].kernel
+
+
+def _else_plus_zero(nodes, node, memory):
+    """Whether where(cond, x, y) is where(cond, x, +0.0) over float values the plan keeps in workspace
+    buffers of its own shape and dtype (C-ordered by construction), its result in one too."""
+    cond, x, y = node.inputs
+    zero = nodes[y]
+    if zero.op != "constant" or np.size(zero.value) != 1:
+        return False
+    value = float(np.asarray(zero.value).reshape(()))
+    if value != 0.0 or math.copysign(1.0, value) < 0:
+        return False
+    slots = [memory.slot.get(i) for i in (cond, x, node.id)]
+    if None in slots or node.id in memory.fixed_out:
+        return False
+    (c_shape, _), (x_shape, x_dtype), (shape, dtype) = (memory.slots[k] for k in slots)
+    return (c_shape == x_shape == shape and np.dtype(x_dtype) == np.dtype(dtype) and np.dtype(dtype).kind == "f"
+            and np.dtype(nodes[cond].dtype) == np.bool_)
 
 
 def _may_broadcast(nodes, i):
@@ -203,6 +223,8 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
         kernel = _kernel_for(nodes, node)
+        if node.op == "where" and out is not None and _else_plus_zero(nodes, node, memory):
+            kernel = where_else_zero
         kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
         if out is not None:
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:

@@ -49,3 +49,34 @@ def test_empty_batch_loss_is_nan_and_gradient_empty():
     got_loss, got_g = fn(np.zeros((0, 4)), np.zeros(0, dtype=np.int64))
     assert np.isnan(got_loss)
     np.testing.assert_array_equal(got_g, np.zeros((4, 3)))
+
+
+def _bound(fn, kernel):
+    return [name for name, value in fn._last.namespace.items() if value is kernel]
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(f"i{a.dtype.itemsize}")
+
+
+def _relu_gradient(zero):
+    """where(relu(z) > 0, y, zero) * 2 for z = x @ W, with y fed: the ReLU gradient's shape in a plan."""
+    x = sg.placeholder((None, 6), name="x")
+    y = sg.placeholder((None, 5), name="y")
+    W = sg.parameter(np.random.default_rng(2).standard_normal((6, 5)), name="W")
+    a = sg.relu(x @ W)
+    masked = sg.where(a > 0, y * 1.5, zero)
+    return sg.compile(masked * 2.0, inputs=[x, y]), W
+
+
+def test_where_with_a_plus_zero_in_workspace_buffers_skips_the_general_kernel():
+    from staticgrad.ops.elementwise import where_else_zero
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((40, 6)), rng.standard_normal((40, 5))
+    Y[::3, 0], Y[1::3, 1], Y[2::3, 2], Y[::2, 3] = -0.0, np.nan, -np.inf, 0.0
+    for zero, specialized in ((0.0, True), (-0.0, False)):
+        fn, W = _relu_gradient(zero)
+        got = fn(X, Y)
+        assert bool(_bound(fn, where_else_zero)) == specialized, fn.source
+        want = np.where(np.maximum(X @ W.value, 0) > 0, Y * 1.5, zero) * 2.0
+        np.testing.assert_array_equal(_bits(got), _bits(want))      # signed zeros and nans included

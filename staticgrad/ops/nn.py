@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -52,9 +53,12 @@ def log_softmax(x, axis=-1):
 
 
 # ------------------------------------------------------------------ one-hot and the fused loss
+_UNSIGNED = {k: np.dtype(f"u{k}") for k in (1, 2, 4, 8)}
+
+
 def _check_labels(labels, classes):
     # One reduction per training step: seen as unsigned, a negative label is larger than any class.
-    if labels.size and np.maximum.reduce(labels.view(f"u{labels.itemsize}"), axis=None) >= classes:
+    if labels.size and np.maximum.reduce(labels.view(_UNSIGNED[labels.itemsize]), axis=None) >= classes:
         raise ValueError(f"labels must lie in [0, {classes}), got values in "
                          f"[{labels.min()}, {labels.max()}]")
 
@@ -81,7 +85,7 @@ def _rows(logits, labels):
         m = np.maximum.reduce(z, axis=1, keepdims=True)
     # One sum stands in for an all(isfinite) over the rows; an overflowing sum of finite maxima only
     # sends it down the exact path, which then changes nothing.
-    if not np.isfinite(np.add.reduce(m, axis=None)):
+    if not math.isfinite(np.add.reduce(m, axis=None)):
         m = np.where(np.isfinite(m), m, 0)
     return z, labels.reshape(-1), m
 
