@@ -380,12 +380,16 @@ class Function:
         if len(buffers) != len(handoff):
             return False
         probe = object()        # referred to by this frame only: the count `old` must match to be alone
+        alone_count = sys.getrefcount(probe) if _REFCOUNTS else -1
         for param, k in self._updates:
             old = param._value
             param._value = value = new_values[k]
-            alone = (_REFCOUNTS and sys.getrefcount(old) == sys.getrefcount(probe) and type(old) is np.ndarray
-                     and old.base is None and old.flags.c_contiguous and old.flags.writeable)
-            namespace[handoff[k]] = old if alone else np.empty_like(value)
+            if sys.getrefcount(old) == alone_count and type(old) is np.ndarray and old.base is None:
+                flags = old.flags
+                if flags.c_contiguous and flags.writeable:
+                    namespace[handoff[k]] = old
+                    continue
+            namespace[handoff[k]] = np.empty_like(value)
         return True
 
     def _assign_checked(self, new_values, outputs, program, feeds=()):
