@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from .ops.elementwise import where_else_zero
+from .ops.elementwise import float_with_ints, where_else_zero
 from .ops.registry import PAIRED, REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
@@ -102,7 +102,7 @@ def _else_plus_zero(nodes, node, memory):
     if None in slots or node.id in memory.fixed_out:
         return False
     (c_shape, _), (x_shape, x_dtype), (shape, dtype) = (memory.slots[k] for k in slots)
-    return (c_shape == x_shape == shape and np.dtype(x_dtype) == np.dtype(dtype) and np.dtype(dtype).kind == "f"
+    return (c_shape == x_shape == shape and np.dtype(x_dtype) == np.dtype(dtype) and float_with_ints(np.dtype(dtype))
             and np.dtype(nodes[cond].dtype) == np.bool_)
 
 

@@ -80,3 +80,16 @@ def test_where_with_a_plus_zero_in_workspace_buffers_skips_the_general_kernel():
         assert bool(_bound(fn, where_else_zero)) == specialized, fn.source
         want = np.where(np.maximum(X @ W.value, 0) > 0, Y * 1.5, zero) * 2.0
         np.testing.assert_array_equal(_bits(got), _bits(want))      # signed zeros and nans included
+
+
+def test_a_relu_gradient_in_long_double_takes_numpys_where():
+    # No integer dtype carries a long double's bits: neither the plan nor the kernel may try.
+    x = sg.placeholder((None, 300), dtype="longdouble", name="x", requires_grad=True)
+    y = sg.placeholder((None, 300), dtype="longdouble", name="y")
+    (g,) = sg.grad(sg.sum(sg.relu(x * 2.0) * y), [x])
+    fn = sg.compile(g * 3.0, inputs=[x, y])
+    X = np.linspace(-1, 1, 1200, dtype=np.longdouble).reshape(4, 300)
+    Y = np.full((4, 300), 0.5, np.longdouble)
+    got = fn(X, Y)
+    assert got.dtype == np.longdouble
+    np.testing.assert_array_equal(got, np.where(X * 2.0 > 0, Y * 2.0, 0.0) * 3.0)

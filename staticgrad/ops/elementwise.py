@@ -72,6 +72,14 @@ relu_kernel.accepts_out = True     # the executor may hand it a reusable buffer
 relu_kernel.inplace_safe = True    # one pass: out may be its own input
 
 
+_SIGNED = {k: np.dtype(f"i{k}") for k in (2, 4, 8)}
+
+
+def float_with_ints(dtype) -> bool:
+    """Whether ``dtype`` is a float whose bits an integer dtype of its size can carry (not long double)."""
+    return dtype.kind == "f" and dtype.itemsize in _SIGNED
+
+
 def where_kernel(cond, x, y, out=None):
     """numpy.where, writing into ``out`` when given (numpy.where itself always allocates)."""
     if out is not None and _is_plus_zero(y) and _same_float_layout(x, cond, out):
@@ -92,14 +100,12 @@ def _is_plus_zero(y) -> bool:
 
 
 def _same_float_layout(x, cond, out) -> bool:
-    return (isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype == out.dtype and x.shape == out.shape
+    return (isinstance(x, np.ndarray) and float_with_ints(x.dtype) and x.dtype == out.dtype and x.shape == out.shape
             and np.shape(cond) == out.shape and x.flags.c_contiguous and out.flags.c_contiguous)
 
 
 where_kernel.accepts_out = True
 where_kernel.inplace_safe = True   # each element is read before its own slot is written
-
-_SIGNED = {k: np.dtype(f"i{k}") for k in (2, 4, 8)}
 
 
 def where_else_zero(cond, x, y, out):
