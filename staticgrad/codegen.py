@@ -92,10 +92,9 @@ def _else_plus_zero(nodes, node, memory):
     """Whether where(cond, x, y) is where(cond, x, +0.0) over float values the plan keeps in workspace
     buffers of its own shape and dtype (C-ordered by construction), its result in one too."""
     cond, x, y = node.inputs
-    zero = nodes[y]
-    if zero.op != "constant" or np.size(zero.value) != 1:
+    if not _fixed_real_scalar(nodes[y]):
         return False
-    value = float(np.asarray(zero.value).reshape(()))
+    value = float(np.asarray(nodes[y].value).reshape(()))
     if value != 0.0 or math.copysign(1.0, value) < 0:
         return False
     slots = [memory.slot.get(i) for i in (cond, x, node.id)]
@@ -104,6 +103,15 @@ def _else_plus_zero(nodes, node, memory):
     (c_shape, _), (x_shape, x_dtype), (shape, dtype) = (memory.slots[k] for k in slots)
     return (c_shape == x_shape == shape and np.dtype(x_dtype) == np.dtype(dtype) and float_with_ints(np.dtype(dtype))
             and np.dtype(nodes[cond].dtype) == np.bool_)
+
+
+def _fixed_real_scalar(node) -> bool:
+    """A constant of one real number that no call can change. (Batching and scans turn rows of their
+    stacked buffers into "constant" nodes too: writable views, filled in at run time.)"""
+    value = node.value
+    if node.op != "constant" or np.size(value) != 1 or np.asarray(value).dtype.kind not in "biuf":
+        return False
+    return not isinstance(value, np.ndarray) or (value.base is None and not value.flags.writeable)
 
 
 def _may_broadcast(nodes, i):

@@ -93,3 +93,31 @@ def test_a_relu_gradient_in_long_double_takes_numpys_where():
     got = fn(X, Y)
     assert got.dtype == np.longdouble
     np.testing.assert_array_equal(got, np.where(X * 2.0 > 0, Y * 2.0, 0.0) * 3.0)
+
+
+def test_a_batched_scalar_as_wheres_else_value_is_read_at_run_time():
+    # Batching turns each batched result into a "constant" row of its stacked buffer: zeros when the plan
+    # is built, the real value at run time. It must not pass for where's fixed +0.0.
+    from staticgrad.ops.elementwise import where_else_zero
+    s = [sg.placeholder((), name=f"s{i}") for i in range(4)]
+    v = sg.placeholder((300,), name="v")
+    a = [sg.exp(si) for si in s]
+    k = sg.exp(a[0] + a[1] + a[2] + a[3])
+    outs = [sg.sum(sg.where(v > 0, v * float(i + 2), ai * k) * 1.0) for i, ai in enumerate(a)]
+    fn = sg.compile(outs, inputs=s + [v])
+    S, V = [-0.3 * (i + 1) for i in range(4)], np.linspace(-1, 1, 300)
+    got = fn(*S, V)
+    assert fn.report().summary["batched_groups"] >= 1
+    assert not _bound(fn, where_else_zero)
+    A = np.exp(S)
+    K = np.exp(A[0] + A[1] + A[2] + A[3])
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, np.sum(np.where(V > 0, V * (i + 2), A[i] * K)), rtol=1e-12)
+
+
+def test_where_with_a_complex_else_value():
+    x = sg.placeholder((None, 4), dtype=np.complex128, name="x")
+    X = np.arange(8).reshape(2, 4) * (1 + 1j) * 0.5
+    for y in (0j, 1j, np.complex128(0)):
+        fn = sg.compile(sg.where(sg.abs(x) > 1.0, x * 2.0, sg.constant(y)) * 3.0, inputs=[x])
+        np.testing.assert_array_equal(fn(X), np.where(np.abs(X) > 1, X * 2, y) * 3)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -426,6 +427,22 @@ def test_softmax_cross_entropy_of_many_short_rows_keeps_the_textbook_bits(dtype)
     assert nn_ops._sce_kernel(z[finite], t[finite]) == np.add.reduce(lse[finite]) / 37
     np.testing.assert_array_equal(grad, g / 40)
     assert np.signbit(grad).tolist() == np.signbit(g / 40).tolist()
+
+
+def test_softmax_cross_entropy_of_complex_logits_checks_both_parts_without_warning():
+    z = sg.placeholder((None, 3), dtype=np.complex128, name="z")
+    t = sg.placeholder((None,), dtype=np.int64, name="t")
+    fn = sg.compile(sg.softmax_cross_entropy(z, t), inputs=[z, t])
+    Z = np.array([[1 + 1j, 2, 3], [0, 1j, 2]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # numpy's ComplexWarning included
+        loss = fn(Z, np.array([0, 2]))
+    m = Z.real.max(axis=1, keepdims=True)      # numpy orders complex numbers by their real part first
+    want = np.mean(np.log(np.exp(Z - m).sum(axis=1)) + m[:, 0] - Z[[0, 1], [0, 2]])
+    np.testing.assert_allclose(loss, want, rtol=1e-15)
+    Z[0, 2] += np.inf * 1j                     # a row max that is not finite in its imaginary part only
+    with np.errstate(all="ignore"):
+        assert not np.isfinite(fn(Z, np.array([0, 2])))
 
 
 def test_concatenate_with_axis_none_flattens_as_numpy_does():

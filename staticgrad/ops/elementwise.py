@@ -96,7 +96,7 @@ def _is_plus_zero(y) -> bool:
         v = y.item() if isinstance(y, np.ndarray) else y
     except ValueError:          # more than one element
         return False
-    return v == 0 and math.copysign(1.0, v) > 0
+    return not isinstance(v, complex) and v == 0 and math.copysign(1.0, v) > 0
 
 
 def _same_float_layout(x, cond, out) -> bool:

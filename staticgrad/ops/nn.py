@@ -1,8 +1,8 @@
 """Normalizing ops: softmax, log_softmax and the fused softmax cross-entropy loss."""
 from __future__ import annotations
 
+import cmath
 import functools
-import math
 
 import numpy as np
 
@@ -85,7 +85,7 @@ def _rows(logits, labels):
         m = np.maximum.reduce(z, axis=1, keepdims=True)
     # One sum stands in for an all(isfinite) over the rows; an overflowing sum of finite maxima only
     # sends it down the exact path, which then changes nothing.
-    if not math.isfinite(np.add.reduce(m, axis=None)):
+    if not cmath.isfinite(np.add.reduce(m, axis=None)):     # (complex logits too)
         m = np.where(np.isfinite(m), m, 0)
     return z, labels.reshape(-1), m
 
