@@ -229,3 +229,14 @@ def test_common_spellings_of_peers_workloads_and_the_json_option():
     assert settings.workloads == ["A", "D"] and args.out == "o.json"
     assert settings.peers == ["jax.jit", "pytensor", "torch"]
 
+
+
+def test_floors_help_prints_usage_and_measures_nothing():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "benchmarks.floors", "--help"], cwd=root, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stdout + done.stderr
+    assert "ms (" not in done.stdout
