@@ -14,6 +14,10 @@ from .ops import (abs, add, clip, concatenate, cos, div, equal, exp, expm1, grea
                   less_equal, log, log1p, log_softmax, logsumexp, matmul, max, maximum, mean, min, minimum, mul,
                   neg, not_equal, pow, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, softplus, sqrt,
                   square, stack, stop_gradient, sub, sum, tanh, transpose, where)
+# The other ops a graph may show: fn.graph's "op" names are these functions' names too (all but "split",
+# concatenate's gradient, which would read as numpy.split here: it stays sg.ops.split)
+from .ops import (broadcast_like, broadcast_to, cast, expand_dims, getitem, getitem_grad, logical_and, logical_or,
+                  one_hot, reshape_like, sign, size, softmax_cross_entropy_grad, squeeze, sum_like, zeros_like)
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
 from .trace import Trace, trace
@@ -29,6 +33,9 @@ __all__ = [
     "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
     "softmax_cross_entropy", "stop_gradient",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+    "broadcast_like", "broadcast_to", "cast", "expand_dims", "getitem", "getitem_grad", "logical_and",
+    "logical_or", "one_hot", "reshape_like", "sign", "size", "softmax_cross_entropy_grad", "squeeze",
+    "sum_like", "zeros_like",
     "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data", "eager", "passes",
     "study",
     "to_dot", "save_dot", "diff_dot", "trace", "Trace", "GraphvizNotFound",

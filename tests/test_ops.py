@@ -522,3 +522,47 @@ def test_mean_gradient_of_many_float16_numbers_is_not_zero():
     got = sg.compile(g, inputs=[x])(np.ones(70000, np.float16))
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, np.float16(1 / 70000), rtol=1e-3)
+
+
+def test_every_op_a_graph_can_show_is_a_public_function():
+    # fn.graph names its nodes' ops after these functions; "split" (concatenate's gradient) would read as
+    # numpy.split at the top level, so it is sg.ops.split only.
+    from staticgrad.ops.registry import REGISTRY
+    for op in REGISTRY:
+        assert callable(getattr(sg.ops, op, None)), op
+        assert (op in sg.__all__ and callable(getattr(sg, op))) or op == "split", op
+    assert not hasattr(sg, "split")
+
+
+def test_the_gradients_building_blocks_as_functions():
+    x = sg.placeholder((None, 3), name="x")
+    b = sg.placeholder((3,), name="b")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    y = sg.placeholder((None, 3), name="y")
+    outs = [sg.sum_like(x, b), sg.broadcast_like(b, x), sg.reshape_like(sg.reshape(x, (-1,)), x), sg.size(x),
+            sg.size(x, axis=1, dtype="float32"), sg.getitem_grad(x[1:], x, (slice(1, None),)),
+            sg.getitem_grad(b, (2, 3), (1,)), sg.one_hot(t, x), sg.softmax_cross_entropy_grad(x, t),
+            sg.ops.split(sg.concatenate([x, y]), [x, y], axis=0, part=1)]
+    rng = np.random.default_rng(5)
+    X, B, T, Y = rng.standard_normal((4, 3)), rng.standard_normal(3), np.array([0, 2, 1, 2]), rng.standard_normal((2, 3))
+    got = sg.compile(outs, inputs=[x, b, t, y])(X, B, T, Y)
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    want = [X.sum(axis=0), np.broadcast_to(B, (4, 3)), X, np.int64(12), np.float32(3),
+            np.concatenate([np.zeros((1, 3)), X[1:]]), np.array([np.zeros(3), B]), np.eye(3)[T],
+            (e / e.sum(axis=1, keepdims=True) - np.eye(3)[T]) / 4, Y]
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == np.asarray(w).dtype, k
+        np.testing.assert_allclose(g, w, rtol=1e-15, atol=1e-17, err_msg=str(k))
+    with pytest.raises(sg.ShapeError, match="sum_like"):
+        sg.sum_like(b, x)                           # (None, 3) does not sum back to (3,)'s broadcast
+    with pytest.raises(sg.ShapeError, match="one_hot"):
+        sg.one_hot(x, x)
+    with pytest.raises(sg.ShapeError, match="labels"):
+        sg.softmax_cross_entropy_grad(x, b)
+    with pytest.raises(ValueError, match="part 2 of 2"):
+        sg.ops.split(x, [x, y], part=2)
+    # eagerly: the same values, as eager tensors
+    ex, eb = eager.tensor(X), eager.tensor(B)
+    for g, w in ((sg.sum_like(ex, eb), want[0]), (sg.size(ex), want[3]), (sg.one_hot(eager.tensor(T), ex), want[7])):
+        assert getattr(g, "_eager", False)
+        np.testing.assert_array_equal(g.numpy(), w)

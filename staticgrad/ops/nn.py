@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape
+from ..tensor import ShapeError, format_shape, user_frame
 from .elementwise import as_float, exp
 from .reduce import _logsumexp_kernel, sum
 from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, defpair, kernel_dtype
@@ -70,6 +70,16 @@ def _one_hot_kernel(labels, ref):
 
 defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
       None, NONDIFF | SHAPE_REF, doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
+
+
+def one_hot(labels, like):
+    """Rows of the identity for integer ``labels``, as many classes as ``like``'s last axis, in like's dtype."""
+    (labels,) = coerce(labels)
+    (like,) = coerce(like)
+    if labels.dtype.kind not in "iu" or like.ndim < 1:
+        raise ShapeError(f"one_hot: integer labels and a tensor with a class axis, got {labels.dtype} labels "
+                         f"and a like of shape {format_shape(like.shape)} (at {user_frame()})")
+    return apply("one_hot", (labels, like))
 
 
 def _rows(logits, labels):
@@ -176,6 +186,16 @@ defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].
 
 
 defpair("softmax_cross_entropy", "softmax_cross_entropy_grad", _sce_pair_kernel)
+
+
+def softmax_cross_entropy_grad(logits, labels):
+    """(softmax(logits) - one_hot(labels)) / N, N the number of labels: the gradient of
+    softmax_cross_entropy(logits, labels) with respect to the logits, in one pass."""
+    (logits,) = coerce(logits)
+    (labels,) = coerce(labels)
+    logits = as_float(logits)
+    _sce_spec((logits, labels))          # the loss's own checks of the labels
+    return apply("softmax_cross_entropy_grad", (logits, labels))
 
 
 def softmax_cross_entropy(logits, labels):

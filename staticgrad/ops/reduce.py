@@ -126,6 +126,16 @@ defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), N
       doc="number of elements of x over axis (runtime shape)")
 
 
+def size(x, axis=None, dtype=np.int64):
+    """How many elements of ``x`` lie along ``axis`` (None: all of them), as a 0-d tensor of ``dtype``:
+    numpy.size, read from the run-time shape where the static one has None."""
+    (x,) = coerce(x)
+    axes = op_axes("size", axis, x.ndim)
+    if getattr(x, "_eager", False):          # eager in, eager out (count gives a graph constant)
+        return apply("size", (x,), {"axis": axes, "dtype": np.dtype(dtype)})
+    return count(x, axes, dtype)
+
+
 def _broadcast_to_spec(inputs, shape):
     from .registry import broadcast_shapes
     (x,) = inputs
@@ -150,6 +160,12 @@ def _broadcast_like_kernel(x, ref):
 defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,), VIEW)
 defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec, lambda g, out, x, ref: (g, None),
       VIEW | SHAPE_REF)
+
+
+def broadcast_like(x, like):
+    """``x`` broadcast to ``like``'s shape, read at run time (numpy's rules; the result is a view)."""
+    x, like = coerce(x, like)
+    return apply("broadcast_like", (x, like))
 
 
 def broadcast_to(x, shape):
@@ -223,3 +239,14 @@ def _sum_like_vjp(g, out, gin, ref):
 
 defop("sum_like", _sum_like_kernel, _sum_like_spec, _sum_like_vjp, SHAPE_REF,
       doc="sum g over the axes along which ref was broadcast, found from ref's run-time shape")
+
+
+def sum_like(x, like):
+    """``x`` summed back to ``like``'s shape: over the axes that broadcasting ``like`` to x's shape adds or
+    stretches, found from the run-time shapes (the gradient of broadcast_like)."""
+    from .registry import broadcast_shapes
+    x, like = coerce(x, like)
+    if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
+        raise ShapeError(f"sum_like: {format_shape(like.shape)} does not broadcast to {format_shape(x.shape)} "
+                         f"(at {user_frame()})")
+    return apply("sum_like", (x, like))

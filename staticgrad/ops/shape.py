@@ -67,6 +67,12 @@ defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inp
       lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF)
 
 
+def reshape_like(x, like):
+    """``x`` reshaped to ``like``'s shape, read at run time."""
+    x, like = coerce(x, like)
+    return apply("reshape_like", (x, like))
+
+
 def reshape(x, *shape):
     """numpy.reshape; one entry may be -1. ``x.reshape(2, 3)`` and ``reshape(x, (2, 3))`` both work."""
     (x,) = coerce(x)
@@ -260,6 +266,16 @@ def getitem(x, index):
     return apply("getitem", (x,), {"index": normalize_index(index)})
 
 
+def getitem_grad(g, like, index):
+    """Zeros of ``like``'s shape (a tensor's, or a tuple of ints) with ``g`` added at ``index``, repeated
+    indices adding up: the gradient of ``like[index]``."""
+    (g,) = coerce(g)
+    if isinstance(like, tuple):
+        return apply("getitem_grad", (g,), {"index": normalize_index(index), "shape": like})
+    (like,) = coerce(like)
+    return apply("getitem_grad", (g, like), {"index": normalize_index(index), "shape": None})
+
+
 # ------------------------------------------------------------------ concatenate, stack and their VJPs
 def _concat_spec(inputs, axis):
     first = inputs[0]
@@ -317,6 +333,15 @@ def _split_vjp(g, out, gin, *refs, axis, part):
 defop("concatenate", _concat_kernel, _concat_spec, _concat_vjp)
 defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF,
       doc="the part-th piece of g cut as the refs were concatenated: the VJP of concatenate")
+
+
+def split(x, like, axis=0, part=0):
+    """The ``part``-th piece of ``x`` cut along ``axis`` as the tensors ``like`` were concatenated there:
+    the gradient of concatenate(like, axis) for its ``part``-th input. (Not numpy.split, hence not sg.split.)"""
+    x, *like = coerce(x, *like)
+    if not 0 <= part < len(like):
+        raise ValueError(f"split: part {part} of {len(like)} pieces (at {user_frame()})")
+    return apply("split", (x, *like), {"axis": op_axes("split", axis, x.ndim)[0], "part": int(part)})
 
 
 def _zeros_like_kernel(ref, dtype):
