@@ -561,6 +561,8 @@ def test_the_gradients_building_blocks_as_functions():
         sg.softmax_cross_entropy_grad(x, b)
     with pytest.raises(ValueError, match="part 2 of 2"):
         sg.ops.split(x, [x, y], part=2)
+    with pytest.raises(sg.ShapeError, match="getitem_grad"):
+        sg.getitem_grad(y, x, (slice(1, None), 0))      # x[1:, 0] is (None,), not (None, 3)
     # eagerly: the same values, as eager tensors
     ex, eb = eager.tensor(X), eager.tensor(B)
     for g, w in ((sg.sum_like(ex, eb), want[0]), (sg.size(ex), want[3]), (sg.one_hot(eager.tensor(T), ex), want[7])):

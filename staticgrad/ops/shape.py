@@ -270,10 +270,18 @@ def getitem_grad(g, like, index):
     """Zeros of ``like``'s shape (a tensor's, or a tuple of ints) with ``g`` added at ``index``, repeated
     indices adding up: the gradient of ``like[index]``."""
     (g,) = coerce(g)
+    index = normalize_index(index)
+    shape = tuple(int(d) for d in like) if isinstance(like, tuple) else coerce(like)[0].shape
+    picked = _index_shape(shape, index)
+    # numpy's assignment rule: g broadcasts to the indexed shape (a None fits anything)
+    fits = len(g.shape) <= len(picked) and all(a in (1, None) or b is None or a == b
+                                                for a, b in zip(g.shape[::-1], picked[::-1]))
+    if not fits:
+        raise ShapeError(f"getitem_grad: a gradient of shape {format_shape(g.shape)} cannot fill "
+                         f"{format_shape(picked)}, the shape indexed (at {user_frame()})")
     if isinstance(like, tuple):
-        return apply("getitem_grad", (g,), {"index": normalize_index(index), "shape": like})
-    (like,) = coerce(like)
-    return apply("getitem_grad", (g, like), {"index": normalize_index(index), "shape": None})
+        return apply("getitem_grad", (g,), {"index": index, "shape": shape})
+    return apply("getitem_grad", (g, coerce(like)[0]), {"index": index, "shape": None})
 
 
 # ------------------------------------------------------------------ concatenate, stack and their VJPs
