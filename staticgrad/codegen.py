@@ -80,11 +80,15 @@ class _Names:
         return name
 
 
-def _kernel_for(nodes, node):
-    """The kernel a plan calls for ``node``: numpy's own matmul where no operand can be a broadcast view
-    (the op's kernel makes such an operand contiguous; a check a training step need not pay 8 times)."""
+def _kernel_for(nodes, node, memory):
+    """The kernel a plan calls for ``node``, chosen once with what the plan knows, to spare per-call checks
+    a training step need not pay: numpy's own matmul where no operand can be a broadcast view (the op's
+    kernel makes such an operand contiguous); where_else_zero for a where(cond, x, +0.0) over workspace
+    buffers (a ReLU gradient)."""
     if node.op == "matmul" and not any(_may_broadcast(nodes, j) for j in node.inputs):
         return np.matmul
+    if node.op == "where" and memory is not None and _else_plus_zero(nodes, node, memory):
+        return where_else_zero
     return REGISTRY[node.op].kernel
 
 
@@ -230,9 +234,7 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             out = ns.bind("r", memory.fixed_out[i])
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
-        kernel = _kernel_for(nodes, node)
-        if node.op == "where" and out is not None and _else_plus_zero(nodes, node, memory):
-            kernel = where_else_zero
+        kernel = _kernel_for(nodes, node, memory)
         kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
         if out is not None:
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:

@@ -368,28 +368,19 @@ class Function:
         handoff, namespace = program.handoff, program.namespace
         if len(handoff) != len(self._updates):
             return False
-        buffers = set()
-        for _, k in self._updates:
+        checked, buffers = [], set()
+        for param, k in self._updates:
             value = new_values[k]
             if namespace[handoff[k]] is not value:
                 return False
             buffers.add(id(value))
+            checked.append((param, k, value))
         for o in outputs:
             if id(o) in buffers or (type(o) is np.ndarray and o.base is not None and id(o.base) in buffers):
                 return False
         if len(buffers) != len(handoff):
             return False
-        probe = object()        # referred to by this frame only: the count `old` must match to be alone
-        alone_count = sys.getrefcount(probe) if _REFCOUNTS else -1
-        for param, k in self._updates:
-            old = param._value
-            param._value = value = new_values[k]
-            if sys.getrefcount(old) == alone_count and type(old) is np.ndarray and old.base is None:
-                flags = old.flags
-                if flags.c_contiguous and flags.writeable:
-                    namespace[handoff[k]] = old
-                    continue
-            namespace[handoff[k]] = np.empty_like(value)
+        self._put(checked, program)
         return True
 
     def _assign_checked(self, new_values, outputs, program, feeds=()):
@@ -410,19 +401,28 @@ class Function:
                 value = value.copy()
             held.add(id(value))
             checked.append((param, k, value))
-        handoff = program.handoff
+        self._put(checked, program)
+
+    @staticmethod
+    def _put(checked, program):
+        """Give each parameter its new value. Where the plan wrote that value into one of its workspace
+        buffers, the buffer now belongs to the parameter, and the replaced array takes its place if nothing
+        else can see it (the caller, a view, another parameter); else the plan gets a new buffer."""
+        handoff, namespace = program.handoff, program.namespace
         probe = object()        # referred to by this frame only: the count `old` must match to be alone
+        alone_count = sys.getrefcount(probe) if _REFCOUNTS else -1
         for param, k, value in checked:
             old = param._value
             param._value = value
             name = handoff.get(k)
-            if name is not None and program.namespace[name] is value:
-                # The plan wrote this new value into one of its workspace buffers, which now belongs to
-                # the parameter. The replaced array takes its place if nothing else can see it (the
-                # caller, a view, another parameter); else the plan gets a new buffer.
-                alone = (_REFCOUNTS and sys.getrefcount(old) == sys.getrefcount(probe) and type(old) is np.ndarray
-                         and old.base is None and old.flags.c_contiguous and old.flags.writeable)
-                program.namespace[name] = old if alone else np.empty_like(value)
+            if name is None or namespace[name] is not value:
+                continue
+            if sys.getrefcount(old) == alone_count and type(old) is np.ndarray and old.base is None:
+                flags = old.flags
+                if flags.c_contiguous and flags.writeable:
+                    namespace[name] = old
+                    continue
+            namespace[name] = np.empty_like(value)
 
     @staticmethod
     def _conform(param, value):
