@@ -1,6 +1,6 @@
-"""``python -m benchmarks``: the same as ``staticgrad bench``."""
+"""``python -m benchmarks``: the same as ``staticgrad bench`` in a checkout."""
 import sys
 
-from staticgrad.bench import main
+from .cli import main
 
-sys.exit(main(module="benchmarks"))
+sys.exit(main())

@@ -135,7 +135,7 @@ def main():
     import argparse
     argparse.ArgumentParser(prog="python -m benchmarks.floors", description=__doc__.split("\n\n")[0],
                             epilog="No options: one run takes about two minutes.").parse_args()
-    from staticgrad.bench import CHILD_MARK, bench_env
+    from .cli import CHILD_MARK, bench_env
     if CHILD_MARK not in os.environ:      # OpenBLAS reads its settings when numpy loads: start afresh
         os.execve(sys.executable, [sys.executable, "-m", "benchmarks.floors"], bench_env(1))
     for name, rows in measure().items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 import staticgrad as sg
-from staticgrad.study_workloads import sigmoid_net_graph
+from staticgrad.study.workloads import sigmoid_net_graph
 
 from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
 

@@ -16,7 +16,7 @@ import os
 import staticgrad as sg
 from staticgrad.graph import Graph
 from staticgrad.passes import DEFAULT, resolve, pass_name
-from staticgrad.plan import concrete_shapes, costs
+from staticgrad.lower.plan import concrete_shapes, costs
 
 from . import impl_staticgrad, workloads
 

@@ -7,7 +7,7 @@ gradient flow, name scopes collapsed, and what the optimization passes did.
 import os
 
 import staticgrad as sg
-from staticgrad.study_workloads import SIGMOID_NET_BATCH, sigmoid_net_graph
+from staticgrad.study.workloads import SIGMOID_NET_BATCH, sigmoid_net_graph
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

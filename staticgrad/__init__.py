@@ -6,9 +6,9 @@ Describe a computation once over placeholders and parameters, get its gradients 
 from . import ops
 from .autodiff import grad
 from .compiler import compile
-from .diffdot import diff_dot
-from .dot import GraphvizNotFound, save_dot, to_dot
-from .executor import ExecutionError, Function, Report
+from .explain import diff_dot
+from .explain import GraphvizNotFound, save_dot, to_dot
+from .function import ExecutionError, Function, Report
 from .io import LoadError, load, load_parameters, save, save_parameters
 from .ops import (abs, add, clip, concatenate, cos, div, equal, exp, expm1, greater, greater_equal, less,
                   less_equal, log, log1p, log_softmax, logsumexp, matmul, max, maximum, mean, min, minimum, mul,
@@ -20,7 +20,7 @@ from .ops import (broadcast_like, broadcast_to, cast, expand_dims, getitem, geti
                   one_hot, reshape_like, sign, size, softmax_cross_entropy_grad, squeeze, sum_like, zeros_like)
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
-from .trace import Trace, trace
+from .explain import Trace, trace
 from . import data, eager, nn, optim, passes, study
 
 __version__ = "0.1.0"

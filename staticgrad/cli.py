@@ -30,13 +30,21 @@ def main(argv=None):
     dot.add_argument("--format", default="svg", choices=["svg", "png", "pdf", "dot"])
     dot.add_argument("--stage", default="optimized", choices=["optimized", "unoptimized", "diff", "all"])
     dot.add_argument("--collapse", action="store_true", help="draw each name scope as one box")
-    bench = sub.add_parser("bench", help="time staticgrad and peers against hand-written numpy; write JSON")
-    from .bench import add_arguments as add_bench_arguments   # stdlib-only module: cheap to import here
-    add_bench_arguments(bench)
+    bench = sub.add_parser("bench", help="time staticgrad and peers against hand-written numpy (needs a checkout)")
+    harness = _benchmarks_cli()
+    if harness is not None:
+        harness.add_arguments(bench)
+    else:                       # the study's share of the harness's options
+        bench.add_argument("--quick", action="store_true")
+        bench.add_argument("--out", default=None)
+        bench.add_argument("--threads", type=int, default=1)
+        bench.add_argument("--peers", default=None)
     bench.add_argument("--study", action="store_true", help="the static vs dynamic study instead: one model "
                        "trained compiled, eagerly and in PyTorch (shares --quick, --out, --threads, --peers none)")
     bench.add_argument("--plot", default=None, help="with --study: cumulative time plot (needs matplotlib)")
-    args = _parse(parser, sys.argv[1:] if argv is None else list(argv))
+    args, extra = _parse(parser, sys.argv[1:] if argv is None else list(argv))
+    if extra and not (args.command == "bench" and harness is None and not args.study):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "dot" and not os.path.isfile(args.script):
         dot.error(f"no such script: {args.script}")
     if args.command == "demo":
@@ -44,15 +52,33 @@ def main(argv=None):
         run(out_dir=args.out, epochs=args.epochs)
     if args.command == "dot":
         return _dot_command(args)
-    if args.command == "bench" and args.study:
-        from .study import run_from_args as run_study
-        argv = sys.argv[1:] if argv is None else list(argv)
-        return run_study(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
     if args.command == "bench":
-        from .bench import run_from_args
-        argv = sys.argv[1:] if argv is None else list(argv)
-        return run_from_args(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
+        return _bench_command(args, harness, sys.argv[1:] if argv is None else list(argv))
     return 0
+
+
+def _benchmarks_cli():
+    """The benchmark harness of a source checkout (benchmarks/cli.py beside the package), or None for an
+    installed package, which does not carry benchmarks/."""
+    import importlib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isfile(os.path.join(root, "benchmarks", "cli.py")):
+        return None
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    module = importlib.import_module("benchmarks.cli")      # standard library only: cheap to import here
+    return module if os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))) == root else None
+
+
+def _bench_command(args, harness, argv):
+    if args.study:
+        from .study import run_from_args as run_study
+        return run_study(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
+    if harness is None:
+        print("staticgrad bench runs the benchmarks/ folder of a source checkout, which an installed package "
+              "does not carry: clone the repository and run `make bench` there", file=sys.stderr)
+        return 2
+    return harness.run_from_args(args, relaunch=[sys.executable, "-m", "staticgrad", *argv])
 
 
 def _parse(parser, argv):
@@ -61,10 +87,10 @@ def _parse(parser, argv):
     # first -- after `dot` is the script's, whatever it looks like.
     if argv[:1] == ["dot"] and "--" in argv:
         cut = argv.index("--")
-        args = parser.parse_args(argv[:cut])
+        args, extra = parser.parse_known_args(argv[:cut])
         args.script_args = [*args.script_args, *argv[cut + 1:]]
-        return args
-    return parser.parse_args(argv)
+        return args, extra
+    return parser.parse_known_args(argv)
 
 
 def _collect_functions(script, script_args):
@@ -72,7 +98,7 @@ def _collect_functions(script, script_args):
     import os
     import runpy
 
-    from .executor import Function
+    from .function import Function
     from .tensor import user_frame
     made, original = [], Function.__init__
 
@@ -98,8 +124,8 @@ def _collect_functions(script, script_args):
 def _dot_command(args):
     import os
 
-    from .diffdot import diff_dot
-    from .dot import GraphvizNotFound, save_dot, to_dot
+    from .explain.diffdot import diff_dot
+    from .explain.dot import GraphvizNotFound, save_dot, to_dot
     stem = os.path.splitext(os.path.basename(args.script))[0]
     out = args.out or f"{stem}-graphs"
     made = _collect_functions(args.script, args.script_args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import passes as passes_mod
-from .executor import Function
+from .function import Function
 from .graph import Graph
 from .ops.registry import as_tensor, broadcast_shapes
 from .tensor import ShapeError, StaticgradError, Tensor, format_shape, gc_paused, user_frame

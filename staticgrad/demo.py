@@ -13,7 +13,7 @@ import sys
 from . import data, nn, optim
 from .autodiff import grad
 from .compiler import compile
-from .dot import save_dot
+from .explain.dot import save_dot
 from .io import save
 from .ops import reshape
 from .tensor import placeholder

@@ -22,7 +22,7 @@ import zipfile
 import numpy as np
 
 from .compiler import link
-from .executor import Function
+from .function import Function
 from .graph import Graph, Node
 from .ops.registry import REGISTRY
 from .tensor import StaticgradError, Tensor, parameter, placeholder

@@ -7,11 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from staticgrad import bench
-
-bench._benchmarks()   # puts the repository root on sys.path for the imports below
-
-from benchmarks import measure, reference, workloads  # noqa: E402
+from benchmarks import cli as bench
+from benchmarks import measure, reference, workloads
 
 
 def _settings(**overrides):

@@ -62,9 +62,9 @@ def test_dot_passes_what_follows_the_double_dash_to_the_script(tmp_path):
     (["demo", "--epochs", "-5"], "--epochs: expected a positive whole number"),
 ])
 def test_bad_arguments_are_usage_errors_before_anything_runs(argv, message, capsys, monkeypatch):
-    import staticgrad.bench
+    import benchmarks.cli
     import staticgrad.demo
-    monkeypatch.setattr(staticgrad.bench, "run_from_args", lambda *a, **k: pytest.fail("bench ran"))
+    monkeypatch.setattr(benchmarks.cli, "run_from_args", lambda *a, **k: pytest.fail("bench ran"))
     monkeypatch.setattr(staticgrad.demo, "run", lambda *a, **k: pytest.fail("demo ran"))
     with pytest.raises(SystemExit) as info:
         main(argv)

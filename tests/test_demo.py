@@ -54,7 +54,7 @@ def test_demo_model_loads_back_and_predicts_as_trained(ran):
 
 
 def test_demo_without_graphviz_still_writes_dot(tmp_path, monkeypatch):
-    monkeypatch.setattr("staticgrad.dot.shutil.which", lambda name: None)
+    monkeypatch.setattr("staticgrad.explain.dot.shutil.which", lambda name: None)
     lines = []
     demo.run(out_dir=str(tmp_path), epochs=2, log=lines.append, progress=False)
     assert (tmp_path / "moons_train_step.dot").exists()

@@ -1,6 +1,6 @@
 """Worked example 1 of shared/WORKED_EXAMPLES.md, built once for the tests that check it by hand.
 
-(Example 3, the sigmoid network, lives in the package: staticgrad.study_workloads.sigmoid_net_graph.)
+(Example 3, the sigmoid network, lives in the package: staticgrad.study.workloads.sigmoid_net_graph.)
 """
 import staticgrad as sg
 

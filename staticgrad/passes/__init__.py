@@ -52,7 +52,7 @@ def pass_name(fn) -> str:
 
 
 def _costs(graph):
-    from ..plan import costs
+    from ..lower.plan import costs
     try:
         return costs(graph)
     except ValueError:      # shapes that only a real feed can settle: report what is known
@@ -120,6 +120,4 @@ def run_pipeline(graph, passes, lazy_costs=False):
     return graph, (rows if lazy_costs else finish_rows(rows))
 
 
-from .bisect import bisect  # noqa: E402  (bisect runs the pipeline defined above)
-
-__all__ = ["DEFAULT", "PASSES", "PassStats", "bisect", "resolve", "run_pipeline"]
+__all__ = ["DEFAULT", "PASSES", "PassStats", "resolve", "run_pipeline"]

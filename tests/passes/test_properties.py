@@ -21,8 +21,8 @@ import staticgrad as sg
 from staticgrad.graph import Graph, ancestors
 from staticgrad.ops.registry import broadcast_shapes
 from staticgrad.passes import DEFAULT, PASSES
-from staticgrad.plan import concrete_shapes
-from tests.test_plan import check_plan_is_safe, plan_for
+from staticgrad.lower.plan import concrete_shapes
+from tests.lower.test_plan import check_plan_is_safe, plan_for
 
 PHASES = tuple(Phase) if os.environ.get("STATICGRAD_SHRINK") else (Phase.explicit, Phase.reuse, Phase.generate)
 

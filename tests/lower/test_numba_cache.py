@@ -6,11 +6,11 @@ import sys
 import pytest
 
 pytest.importorskip("numba")
-from staticgrad import numba_backend, numba_cache
+from staticgrad.lower import numba_backend, numba_cache
 
 SCRIPT = """
 import numpy as np, staticgrad as sg
-from staticgrad import numba_backend
+from staticgrad.lower import numba_backend
 x = sg.placeholder((10,), name="x", requires_grad=True)
 h = x
 for _ in range(12):

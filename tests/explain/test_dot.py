@@ -9,12 +9,12 @@ import pytest
 
 import staticgrad as sg
 from staticgrad import cli
-from staticgrad.diffdot import diff_dot
-from staticgrad.dot import GraphvizNotFound, save_dot, to_dot
+from staticgrad.explain.diffdot import diff_dot
+from staticgrad.explain.dot import GraphvizNotFound, save_dot, to_dot
 from staticgrad.graph import Node
 from staticgrad.passes import PASSES
 from staticgrad.passes.stats import PassStats
-from staticgrad.study_workloads import sigmoid_net_graph
+from staticgrad.study.workloads import sigmoid_net_graph
 from staticgrad.tensor import format_shape
 from tests.worked import example1
 
@@ -252,7 +252,7 @@ def test_save_dot_writes_each_format(compiled, tmp_path):
 
 def test_missing_graphviz_is_named_with_how_to_install(compiled, tmp_path, monkeypatch):
     _, _, fn = compiled
-    monkeypatch.setattr("staticgrad.dot.shutil.which", lambda name: None)
+    monkeypatch.setattr("staticgrad.explain.dot.shutil.which", lambda name: None)
     assert os.path.exists(save_dot(fn, tmp_path / "g.dot"))
     with pytest.raises(GraphvizNotFound, match="Graphviz's `dot`.*apt-get install graphviz") as err:
         save_dot(fn, tmp_path / "g.svg")

@@ -5,10 +5,10 @@ import sys
 
 import numpy as np
 
-from . import batching, scalarize
-from .codegen import generate
+from .lower import batching, scalarize
+from .lower.codegen import generate
 from .graph import Graph
-from .plan import concrete_shapes, plan_memory, skip_identities, specialize
+from .lower.plan import concrete_shapes, plan_memory, skip_identities, specialize
 from .tensor import FeedError, FeedTypeError, StaticgradError, Tensor, format_shape, gc_paused
 
 
@@ -182,7 +182,7 @@ class Function:
         if backend not in ("numpy", "numba"):
             raise ValueError(f"unknown backend {backend!r}: expected 'numpy' or 'numba'")
         if backend == "numba":
-            from .numba_backend import require
+            from .lower.numba_backend import require
             require()
         self._backend = backend
         self._backend_seconds = 0.0
@@ -288,7 +288,7 @@ class Function:
             program = _maybe_scalar(concrete, order, self._param_ids, shapes, program, feeds)
         if self._backend == "numba" and program is numpy_program:
             # (a plan that runs as scalar code never needs the interpreter, nor its compile)
-            from .numba_backend import fused_program
+            from .lower.numba_backend import fused_program
             fused, seconds = fused_program(concrete, order, self._param_ids, ir.inputs, shapes)
             self._backend_seconds += seconds
             if fused is not None:               # else no region gains from a kernel: the numpy plan runs
@@ -455,7 +455,7 @@ class Function:
     def trace(self, feeds, **kwargs):
         """Print the backward sweep on ``feeds`` as a table (node, rule, contributions, fork sums);
         returns a staticgrad.Trace."""
-        from .trace import trace
+        from .explain.trace import trace
         return trace(self, feeds, **kwargs)
 
     def run_batches(self, batches, progress=None, desc=None, name="loss"):
@@ -517,7 +517,7 @@ class Function:
         return Report(finish_rows(self._rows), summary)
 
     def to_dot(self, stage="optimized", **kwargs):
-        from .dot import to_dot
+        from .explain.dot import to_dot
         return to_dot(self, stage=stage, **kwargs)
 
     def __repr__(self):

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad.study_workloads import sigmoid_net_graph
-from staticgrad.trace import evaluate, format_value, trace
+from staticgrad.study.workloads import sigmoid_net_graph
+from staticgrad.explain.trace import evaluate, format_value, trace
 from tests.worked import example1
 
 
@@ -150,7 +150,7 @@ def test_values_of_a_function_loaded_in_a_fresh_process(tmp_path, monkeypatch):
     import itertools
 
     from staticgrad import tensor as tensor_module
-    from staticgrad.trace import run_values
+    from staticgrad.explain.trace import run_values
     # Each fresh process numbers its tensors from 0: the one that saves and the one that loads.
     monkeypatch.setattr(tensor_module, "_ids", itertools.count())
     x, W = sg.placeholder((None,), name="x"), sg.parameter(np.array([2.0, 3.0]), name="W")

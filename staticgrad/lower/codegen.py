@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from .ops.elementwise import float_with_ints, where_else_zero
-from .ops.registry import PAIRED, REGISTRY, VIEW
+from ..ops.elementwise import float_with_ints, where_else_zero
+from ..ops.registry import PAIRED, REGISTRY, VIEW
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _KEYWORD_OUT = (np.maximum, np.minimum)      # numpy deprecates a positional out for these two

@@ -1,10 +1,11 @@
-"""passes.bisect: the first pass after which an output differs or turns non-finite, or None."""
+"""explain.bisect: the first pass after which an output differs or turns non-finite, or None."""
 import numpy as np
 import pytest
 
 import staticgrad as sg
 from staticgrad.graph import Node
-from staticgrad.passes import DEFAULT, PassStats, bisect
+from staticgrad.explain import bisect
+from staticgrad.passes import DEFAULT, PassStats
 
 
 def swap_add_for_sub(graph):

@@ -49,7 +49,7 @@ def test_compare_returns_json_serializable_measurements(result):
 def test_the_static_peak_counts_the_plans_workspace(monkeypatch):
     # The workspace is allocated once per plan, before the measured call, and kept: with the call's own
     # allocations left out, what remains is that workspace (the regression step's 8x2 buffers and more).
-    from staticgrad import study_modes
+    from staticgrad.study import modes as study_modes
     monkeypatch.setattr(study_modes, "_peak_bytes", lambda fn: (fn(), 0)[1])
     params, batches = regression_case(np.random.default_rng(0))
     mode = study_modes.static_mode(regression, params, batches, 0.1)
@@ -236,7 +236,7 @@ def test_bench_study_flag(tmp_path, capsys, monkeypatch):
 def test_the_example_script(capsys, monkeypatch, tmp_path):
     import importlib.util
     import pathlib
-    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "static_vs_dynamic.py"
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "static_vs_dynamic.py"
     spec = importlib.util.spec_from_file_location("example_static_vs_dynamic", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

@@ -18,8 +18,8 @@ import networkx as nx
 import numpy as np
 import pydot
 
-from .graph import Graph
-from .tensor import StaticgradError, Tensor, format_shape
+from ..graph import Graph
+from ..tensor import StaticgradError, Tensor, format_shape
 from .trace import format_value, label, run_values, sweeps_of, tensor_closure
 
 ROLES = ("forward", "backward", "update")
@@ -103,7 +103,7 @@ class Picture:
 
 
 def picture_of(target, stage="optimized") -> Picture:
-    from .executor import Function
+    from ..function import Function
     if isinstance(target, Function):
         if stage not in ("optimized", "unoptimized"):
             raise ValueError(f"to_dot: stage must be 'optimized' or 'unoptimized', got {stage!r}")

@@ -2,7 +2,7 @@
 
 A :class:`Mode` holds one style's one-off costs (build, compile), its ``step(batch) -> loss`` and a
 ``measure()`` for what is not timing; :func:`static_mode` and :func:`eager_mode` make the two staticgrad
-styles (the PyTorch one is in :mod:`staticgrad.study_torch`), :func:`interleaved` times them side by side.
+styles (the PyTorch one is in :mod:`staticgrad.study.torch`), :func:`interleaved` times them side by side.
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import tracemalloc
 
 import numpy as np
 
-from . import eager
-from .autodiff import grad as sg_grad
-from .compiler import compile as sg_compile
-from .tensor import parameter, placeholder
+from .. import eager
+from ..autodiff import grad as sg_grad
+from ..compiler import compile as sg_compile
+from ..tensor import parameter, placeholder
 
 LEAF_OPS = ("placeholder", "parameter", "constant", "tensor")
 

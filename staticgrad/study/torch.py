@@ -8,8 +8,8 @@ import contextlib
 
 import numpy as np
 
-from . import eager
-from .study_modes import Clock, Mode
+from .. import eager
+from .modes import Clock, Mode
 
 
 class Unsupported(Exception):

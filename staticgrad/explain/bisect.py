@@ -3,7 +3,7 @@ import numpy as np
 
 from ..graph import Graph, ancestors
 from ..tensor import Tensor
-from . import DEFAULT, pass_name, resolve
+from ..passes import DEFAULT, pass_name, resolve
 
 
 def _evaluate(graph, feeds):

@@ -8,8 +8,8 @@ first whose values differ beyond a tolerance. :func:`format_table` prints it, :f
 :func:`plot` draws cumulative time against batches (needs matplotlib, skipped without it).
 
 This module is the measuring core and the one entry point; the rest lives beside it and is re-exported here:
-study_modes (the timed styles), study_torch (the PyTorch column), study_report (tables, findings, JSON,
-plot), study_workloads (the built-in workloads). None of them imports this module.
+modes (the timed styles), torch (the PyTorch column), report (tables, findings, JSON,
+plot), workloads (the built-in workloads). None of them imports this module.
 """
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ import math
 
 import numpy as np
 
-from . import eager
-from .autodiff import grad as sg_grad
-from .compiler import compile as sg_compile
-from .graph import ancestors
-from .study_modes import (CLOCK, LEAF_OPS, Clock, Mode, build_static, cumulative, eager_mode,  # noqa: F401
+from .. import eager
+from ..autodiff import grad as sg_grad
+from ..compiler import compile as sg_compile
+from ..graph import ancestors
+from .modes import (CLOCK, LEAF_OPS, Clock, Mode, build_static, cumulative, eager_mode,  # noqa: F401
                           eager_step, interleaved, static_mode)
-from .study_report import findings, format_table, plot, save_json, summary_table  # noqa: F401
-from .study_torch import Unsupported, torch_mode, torch_program, torch_threads, torch_wanted  # noqa: F401
-from .study_workloads import (SIGMOID_NET_BATCH, SIGMOID_NET_PARAMS, deep_chain,  # noqa: F401
+from .report import findings, format_table, plot, save_json, summary_table  # noqa: F401
+from .torch import Unsupported, torch_mode, torch_program, torch_threads, torch_wanted  # noqa: F401
+from .workloads import (SIGMOID_NET_BATCH, SIGMOID_NET_PARAMS, deep_chain,  # noqa: F401
                               mlp_relu_softmax, mlp_tanh_logistic, sigmoid_net, workloads)
-from .tensor import parameter, placeholder
+from ..tensor import parameter, placeholder
 
 
 # ------------------------------------------------------------------ inputs

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops
-from .tensor import name_scope, parameter, placeholder
+from .. import ops
+from ..tensor import name_scope, parameter, placeholder
 
 # The 2-3-2-1 sigmoid network of WORKED_EXAMPLES.md example 3. W and U hold one unit's weights per row, as
 # the document writes W x, so the layers multiply by their transposes.
@@ -92,7 +92,7 @@ def _layers(sizes, rng, scale=1.0):
 def workloads(quick=False, seed=0):
     """The four workloads of the study as dicts (name, model, params, batches, lr); ``quick`` makes
     them small enough for tests."""
-    from .data import make_moons
+    from ..data import make_moons
     rng = np.random.default_rng(seed)
     n = 8 if quick else 1
     out = [{"name": "sigmoid 2-3-2-1 (20 params)", "model": sigmoid_net, "params": SIGMOID_NET_PARAMS,

@@ -7,7 +7,7 @@ import pytest
 import staticgrad as sg
 from staticgrad.graph import Graph, Node
 from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
-from staticgrad.plan import concrete_shapes, costs, plan_memory, skip_identities, specialize
+from staticgrad.lower.plan import concrete_shapes, costs, plan_memory, skip_identities, specialize
 
 
 def build_mlp(rng, batch=None, sizes=(4, 16, 16, 3)):
@@ -307,9 +307,9 @@ def scalar_and_numpy_results(outputs, inputs, feeds, force=False):
     generator refuses (integer or boolean arithmetic) compare numpy with itself, unless ``force`` asks
     for the scalar code wherever it can be generated (tiny graphs the cost model leaves to numpy).
     """
-    from staticgrad import scalarize
-    from staticgrad.codegen import generate
-    from staticgrad.executor import ScalarProgram
+    from staticgrad.lower import scalarize
+    from staticgrad.lower.codegen import generate
+    from staticgrad.function import ScalarProgram
 
     fn = sg.compile(outputs, inputs=inputs)
     concrete, order, shapes, memory = plan_for(fn, [np.shape(f) for f in feeds])
@@ -432,7 +432,7 @@ def test_tiny_float_graphs_run_as_scalar_code():
 def test_scalar_code_folds_arithmetic_on_two_known_numbers_as_numpy_computes_it(op, numbers):
     # signed zeros, inf - inf, overflow; a division by zero is left to run (it raises, and the numpy plan
     # gives numpy's inf)
-    from staticgrad import scalarize
+    from staticgrad.lower import scalarize
     em = scalarize._Emitter()
     atoms = [np.array(scalarize._literal(v), dtype=object) for v in numbers]
     template, fold = scalarize._BINARY[op], scalarize._ARITHMETIC[op]

@@ -394,7 +394,7 @@ def test_a_call_that_raises_leaves_every_parameter_unchanged(bad, rng, boom):
 def test_runtime_failure_names_the_op_and_the_user_line(rng, boom):
     x = sg.placeholder((None,), name="x")
     y = sg.exp(x) * 2.0
-    z = apply(boom, (y,)); line = f"test_executor.py:{sys._getframe().f_lineno}"  # noqa: E702
+    z = apply(boom, (y,)); line = f"test_function.py:{sys._getframe().f_lineno}"  # noqa: E702
     fn = sg.compile(sg.sum(z), inputs=[x])
     with pytest.raises(sg.ExecutionError) as info:
         fn(np.array([1.0, 10.0]))
@@ -409,7 +409,7 @@ def test_batch_size_mismatch_at_run_time_is_a_clear_error(rng):
     fn = sg.compile(y, inputs=[x, t])
     with pytest.raises(ValueError) as info:
         fn(np.ones((2, 3)), np.ones(3))
-    assert "mul" in str(info.value) and "test_executor.py:" in str(info.value)
+    assert "mul" in str(info.value) and "test_function.py:" in str(info.value)
 
 
 def test_two_updates_with_one_value_leave_two_separate_arrays():

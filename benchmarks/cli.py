@@ -163,7 +163,7 @@ def run_from_args(args, relaunch=None) -> int:
     return 0
 
 
-def main(argv=None, module="staticgrad.bench") -> int:
+def main(argv=None, module="benchmarks") -> int:
     """``python -m MODULE [options]``: parse, then run (relaunching ``python -m MODULE`` if need be)."""
     import argparse
     argv = sys.argv[1:] if argv is None else list(argv)

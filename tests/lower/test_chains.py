@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import staticgrad as sg
-from staticgrad import scan
+from staticgrad.lower import chains as scan
 
 
 def _plans(outs, inputs):

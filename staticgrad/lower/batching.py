@@ -22,9 +22,9 @@ from collections import Counter
 
 import numpy as np
 
-from . import scan
-from .graph import Graph, Node
-from .ops.registry import REGISTRY, VIEW
+from . import chains
+from ..graph import Graph, Node
+from ..ops.registry import REGISTRY, VIEW
 from .plan import elementwise_ufunc, permuted_values
 
 MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
@@ -110,7 +110,7 @@ def batch(graph, order, shapes):
             row_of[m] = (key, r)
             eff[m] = pos[first]
 
-    scans = scan.find(graph, order, shapes, escaping, row_of, eff.get, stackable,
+    scans = chains.find(graph, order, shapes, escaping, row_of, eff.get, stackable,
                       lambda n: _batchable(n, shapes))
     for links, _ in scans:
         for m in links:
@@ -299,7 +299,7 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(),
         key = ("factors", links[0])
         stack, out = arrays[key], arrays[("scan", links[0])]
         copies, fed = _fill(rows, stack, key, row_of, arrays, graph.nodes, fixed_out, write_own=False)
-        kernel = scan.Scan(stack, out, copies, [(r, k) for k, (_, r) in enumerate(fed)])
+        kernel = chains.Scan(stack, out, copies, [(r, k) for k, (_, r) in enumerate(fed)])
         node = Node("mul", [j for j, _ in fed], {}, out.shape, template.dtype, role=template.role,
                     source=template.source, scope=template.scope, rule=f"{len(links)} x mul, one scan",
                     meta={"kernel": kernel})
@@ -317,7 +317,7 @@ def _rewrite(graph, order, shapes, groups, buffers, row_of, fixed_out, folds=(),
         copies, _ = _fill(rows, stack, None, row_of, arrays, graph.nodes, fixed_out, write_own=True)
         if copies:       # some rows live in other buffers: a gather copies them in before the sum
             rows_node = Node("stack", (), {}, stack.shape, last.dtype, source=last.source, role=last.role,
-                             meta={"kernel": scan.Gather(stack, copies)})
+                             meta={"kernel": chains.Gather(stack, copies)})
             fixed_out[rows_node.id] = stack
         else:
             rows_node = Node("constant", (), {}, stack.shape, last.dtype, value=stack, source=last.source,
@@ -363,5 +363,5 @@ def _fill(rows, stack, own, row_of, arrays, nodes, fixed_out, write_own):
             fixed_out[j] = stack[r, ...]
         else:
             fed.setdefault(j, []).append(r)
-    copies = [(stack[d], arrays[key][s]) for key, found in pairs.items() for d, s in scan.runs(found)]
+    copies = [(stack[d], arrays[key][s]) for key, found in pairs.items() for d, s in chains.runs(found)]
     return copies, [(j, r[0] if len(r) == 1 else r) for j, r in fed.items()]

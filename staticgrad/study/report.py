@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from .study_modes import cumulative
+from .modes import cumulative
 
 
 

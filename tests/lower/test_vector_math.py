@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from staticgrad import vector_math as vm
+from staticgrad.lower import vector_math as vm
 
 RNG = np.random.default_rng(3)
 SAMPLES = {

@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad import fuse, ops
+from staticgrad import ops
+from staticgrad.lower import fuse
 
 numba = pytest.importorskip("numba")
-from staticgrad import numba_backend
+from staticgrad.lower import numba_backend
 
 
 def chain(size, cycles):
@@ -237,7 +238,7 @@ def test_vectorized_sin_cos_tanh_stay_within_3_ulp_and_fall_back_to_libm_outside
     # Blocks whose inputs the polynomials cover run vector_math's kernels (a few ulp from numpy's libm or
     # SIMD bits, and bit for bit what the kernels give in Python); a block holding an infinity, a nan or a
     # huge number is computed with libm's call.
-    from staticgrad import vector_math
+    from staticgrad.lower import vector_math
     kernel = {"sin": lambda v: vector_math.sin_cos_kernel(v, False),
               "cos": lambda v: vector_math.sin_cos_kernel(v, True), "tanh": vector_math.tanh_kernel}[function]
 

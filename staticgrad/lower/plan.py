@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .ops.registry import ELEMENTWISE, REGISTRY, VIEW
-from .tensor import FeedError, ShapeError, format_shape
+from ..ops.registry import ELEMENTWISE, REGISTRY, VIEW
+from ..tensor import FeedError, ShapeError, format_shape
 
 REDUCTIONS_WITH_OUT = {"sum", "max", "min"}
 LEAVES = ("placeholder", "parameter", "constant")
@@ -272,7 +272,7 @@ def skip_identities(graph, order):
         return graph, order
     for i in dead:
         del kept[i]
-    from .graph import Graph
+    from ..graph import Graph
     return Graph(kept, graph.outputs, graph.updates, graph.inputs), [i for i in order if i in kept]
 
 
@@ -302,7 +302,7 @@ def specialize(graph, order, shapes):
         elif op == "getitem_grad" and len(node.inputs) > 1:
             node = node.copy(inputs=node.inputs[:1], attrs={"index": node.attrs["index"], "shape": tuple(shape)})
         elif op == "sum_like":
-            from .ops.reduce import unstretched_axes
+            from ..ops.reduce import unstretched_axes
             lead, kept = unstretched_axes(shapes[node.inputs[0]], shapes[node.inputs[1]])
             if not lead and not kept:    # nothing was stretched at these sizes: the gradient passes as is
                 node = node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
@@ -360,7 +360,7 @@ def costs(graph, shapes=None) -> dict:
     """FLOPs and peak intermediate bytes (with and without memory planning) of ``graph``."""
     order = list(graph.nodes)
     shapes = shapes or nominal_shapes(graph, order)
-    from .graph import Graph
+    from ..graph import Graph
     concrete = Graph(specialize(graph, order, shapes), graph.outputs, graph.updates, graph.inputs)
     concrete, order = skip_identities(concrete, order)      # what a plan runs, as the executor builds it
     memory = plan_memory(concrete, order, shapes)

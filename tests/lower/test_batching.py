@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad import batching
+from staticgrad.lower import batching
 
 
 def chain(size, cycles, extra_outputs=False):

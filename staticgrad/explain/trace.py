@@ -11,10 +11,10 @@ import sys
 
 import numpy as np
 
-from .executor import ExecutionError, Function, check_feed
-from .graph import Graph
-from .ops.registry import REGISTRY
-from .tensor import FeedError, Tensor, format_shape
+from ..function import ExecutionError, Function, check_feed
+from ..graph import Graph
+from ..ops.registry import REGISTRY
+from ..tensor import FeedError, Tensor, format_shape
 
 LEAVES = ("placeholder", "parameter", "constant")
 
