@@ -2,41 +2,60 @@
 
 Describe a computation once over placeholders and parameters, get its gradients as more graph with
 ``grad``, and ``compile`` forward, backward and parameter updates into one callable.
+
+Layers: a module imports only from its own layer or the layers listed above it (tests/test_layers.py
+checks this against every import in the package, and that no imports go round in a circle).
+
+    tensor                                   the node type; errors; name scopes
+    ops                                      the op registry: every fact about each op
+    graph                                    walks and the compiler's IR
+    rewrite stable                           the rule engine; numerically stable forms
+    autodiff                                 the one reverse sweep: sg.grad
+    eager                                    define-by-run over the same registry and sweep
+    lower                                    optimized graph -> runnable program, per call shape
+    passes                                   the optimization passes and their ledger
+    data progress feeds report               batches and progress; what calls and reports show
+    function                                 the compiled Function: feeds, plans, call, updates
+    compiler                                 sg.compile: passes, then a Function
+    explain io testing nn optim              seeing inside; files; gradient checks; the training kit
+    study                                    the static vs dynamic study (loaded on demand)
+    cli demo                                 the staticgrad command
 """
-from . import ops
+from __future__ import annotations
+
+import importlib
+
+from . import data, eager, explain, nn, ops, optim, passes
 from .autodiff import grad
 from .compiler import compile
-from .explain import diff_dot
-from .explain import GraphvizNotFound, save_dot, to_dot
-from .function import ExecutionError, Function, Report
+from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
+from .function import ExecutionError, Function
 from .io import LoadError, load, load_parameters, save, save_parameters
-from .ops import (abs, add, clip, concatenate, cos, div, equal, exp, expm1, greater, greater_equal, less,
-                  less_equal, log, log1p, log_softmax, logsumexp, matmul, max, maximum, mean, min, minimum, mul,
-                  neg, not_equal, pow, relu, reshape, sigmoid, sin, softmax, softmax_cross_entropy, softplus, sqrt,
-                  square, stack, stop_gradient, sub, sum, tanh, transpose, where)
-# The other ops a graph may show: fn.graph's "op" names are these functions' names too (all but "split",
-# concatenate's gradient, which would read as numpy.split here: it stays sg.ops.split)
-from .ops import (broadcast_like, broadcast_to, cast, expand_dims, getitem, getitem_grad, logical_and, logical_or,
-                  one_hot, reshape_like, sign, size, softmax_cross_entropy_grad, squeeze, sum_like, zeros_like)
+from .report import Report
 from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
                      placeholder)
-from .explain import Trace, trace
-from . import data, eager, nn, optim, passes, study
 
 __version__ = "0.1.0"
 
+# Every op whose registration says it is public is sg.<name> (concatenate's gradient, split, is sg.ops only).
+_OPS = {name: opdef.function for name, opdef in ops.REGISTRY.items() if opdef.public}
+globals().update(_OPS)
+
 __all__ = [
-    "ops", "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
-    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError",
-    "add", "sub", "mul", "div", "neg", "pow", "matmul", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos",
-    "tanh", "sigmoid", "relu", "abs", "square", "maximum", "minimum", "where", "clip", "sum", "mean", "max",
-    "min", "reshape", "transpose", "concatenate", "stack", "softplus", "softmax", "log_softmax", "logsumexp",
-    "softmax_cross_entropy", "stop_gradient",
-    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-    "broadcast_like", "broadcast_to", "cast", "expand_dims", "getitem", "getitem_grad", "logical_and",
-    "logical_or", "one_hot", "reshape_like", "sign", "size", "softmax_cross_entropy_grad", "squeeze",
-    "sum_like", "zeros_like",
-    "save", "load", "save_parameters", "load_parameters", "LoadError", "nn", "optim", "data", "eager", "passes",
-    "study",
-    "to_dot", "save_dot", "diff_dot", "trace", "Trace", "GraphvizNotFound",
-]
+    "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
+    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError", "LoadError", "GraphvizNotFound",
+    "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
+    "ops", "passes", "eager", "nn", "optim", "data", "explain", "study",
+] + sorted(_OPS)
+
+_ON_DEMAND = ("study",)       # the study imports the timing and comparison code: only when asked for
+
+
+def __getattr__(name):
+    if name in _ON_DEMAND:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'staticgrad' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__ + ["__version__"])

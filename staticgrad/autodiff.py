@@ -1,18 +1,102 @@
-"""Reverse mode: ``grad`` builds the adjoint graph out of ordinary staticgrad ops.
+"""Reverse mode: the one reverse sweep, which ``sg.grad`` and eager ``backward()`` both run.
 
-This is the only place that sums gradient contributions at forks and that reduces a broadcast gradient
-back to the shape of the input it belongs to.
+``grad`` builds the adjoint graph out of ordinary staticgrad ops; eager mode runs the same sweep over its
+tape with values. The sweep is the only place that sums gradient contributions at forks and that
+reduces a broadcast gradient back to the shape of the input it belongs to (``sum_to_shape``).
+
+The order: every node after all of its consumers, and among the nodes ready, the earliest made first
+(``networkx.lexicographical_topological_sort`` of the reversed graph, keyed by creation order). Eager
+mode walks its tape with the same tie-break, so both add the contributions meeting at a fork in the
+same order, and their gradients have the same bits.
 """
 from __future__ import annotations
 
 import networkx as nx
 
-from . import ops
 from . import stable
-from .graph import post_order, to_digraph
+from .graph import ancestors, to_digraph
+from .ops.elementwise import cast
+from .ops.reduce import broadcast_to
+from .ops.reduce import sum as reduce_sum
+from .ops.registry import REGISTRY, apply, as_tensor, broadcast_shapes
 from .rewrite import rewrite_tensors
-from .ops.registry import ELEMENTWISE, REGISTRY, apply
 from .tensor import CONTEXT, GradError, Tensor, building, format_shape, gc_paused, user_frame
+
+
+# ------------------------------------------------------------------ the sweep both modes run
+class Mode:
+    """What differs between the two runs of the sweep: which inputs need a gradient, how a VJP rule is
+    run, where each node's total gradient goes, and whose VJP the new tensors belong to."""
+
+    name = "grad"
+
+    def needs(self, x) -> bool:
+        raise NotImplementedError
+
+    def vjp(self, opdef, g, node, needs):
+        return opdef.vjp(g, node, *node.inputs, **node.attrs)
+
+    def reached(self, node, g, parts):
+        """``node``'s total gradient ``g``, summed from ``parts``; returns a list to record its sends in, or None."""
+        return None
+
+    def provenance(self, node):
+        """(the tensor whose VJP this is, the rule's name) for tensors made by ``node``'s VJP."""
+        return node, node.op
+
+
+def reverse_sweep(order, seeds, mode: Mode):
+    """Push ``seeds`` ([(tensor, its gradient)]) back through ``order`` (consumers before their inputs).
+
+    Each node's contributions are summed as they arrive (the first as it is, then ``total + term``), so
+    a compiled plan can drop each term once added; VJP results are reduced to their input's shape.
+    """
+    pending = {t.id: (s, [s]) for t, s in seeds}
+    for node in order:
+        entry = pending.pop(node.id, None)
+        if entry is None:
+            continue
+        g, parts = entry
+        sends = mode.reached(node, g, parts)
+        if not node.inputs:
+            continue
+        opdef = REGISTRY[node.op]
+        if opdef.vjp is None or node.dtype.kind not in "fc":
+            continue        # (an integer or boolean value carries no gradient: abs(x > 0) is a step)
+        needs = [mode.needs(x) and x.dtype.kind in "fc" for x in node.inputs]
+        if any(needs):
+            _check_real(node, needs, mode.name)
+            _send(node, opdef, g, needs, mode, pending, sends)
+
+
+def _check_real(node, needs, who):
+    if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needs)):
+        raise GradError(f"{who}: the gradient would pass through a complex value at {node.op} (made at "
+                        f"{node.source}); the VJP rules are written for real values")
+
+
+def _send(node, opdef, g, needs, mode, pending, sends):
+    """Run ``node``'s VJP rule and add each needed input's contribution to what it has received so far."""
+    adjoint_of, rule = mode.provenance(node)
+    with building(role="backward", adjoint_of=adjoint_of, rule=rule):
+        if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
+            CONTEXT.source = None            # a VJP written outside the package: its own lines
+        grads = mode.vjp(opdef, g, node, needs)
+        siblings = node.inputs if opdef.core_axes is not None else ()
+        for x, gx, need in zip(node.inputs, grads, needs):
+            if gx is None or not need:
+                continue
+            core = min(opdef.core_axes, x.ndim) if siblings else 0
+            contribution = sum_to_shape(as_tensor(gx, like=x.dtype), x, siblings, core)
+            if sends is not None:
+                sends.append((x.id, contribution.id))
+            if x.id not in pending:
+                pending[x.id] = (contribution, [contribution])
+                continue
+            total, parts = pending[x.id]
+            parts.append(contribution)
+            with building(adjoint_of=mode.provenance(x)[0], rule="sum at fork"):
+                pending[x.id] = (total + contribution, parts)
 
 
 def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
@@ -25,18 +109,15 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
     """
     if _maybe_stretched(g, x, siblings, core):
         g = apply("sum_like", (g, x))
-        if g.dtype != x.dtype and x.dtype.kind in "fc":
-            g = ops.cast(g, x.dtype)
-        return g
-    extra = g.ndim - x.ndim
-    lead = tuple(range(extra))
-    if lead:
-        g = ops.sum(g, axis=lead)
-    stretched = tuple(a for a, (d, dg) in enumerate(zip(x.shape, g.shape)) if d == 1 and dg != 1)
-    if stretched:
-        g = ops.sum(g, axis=stretched, keepdims=True)
+    else:
+        lead = tuple(range(g.ndim - x.ndim))
+        if lead:
+            g = reduce_sum(g, axis=lead)
+        stretched = tuple(a for a, (d, dg) in enumerate(zip(x.shape, g.shape)) if d == 1 and dg != 1)
+        if stretched:
+            g = reduce_sum(g, axis=stretched, keepdims=True)
     if g.dtype != x.dtype and x.dtype.kind in "fc":
-        g = ops.cast(g, x.dtype)
+        g = cast(g, x.dtype)
     return g
 
 
@@ -58,6 +139,17 @@ def _maybe_stretched(g, x, siblings, core=0):
     return False
 
 
+def stable_twin(order, keep, origin=None):
+    """{id: tensor} of the numerically stable form of the tensors in ``order`` (inputs first), the tensors
+    in ``keep`` never rewritten away: what both modes differentiate, so values and gradients stay finite
+    (log(sigmoid(-1000)) has gradient 1)."""
+    if not any(t.op in stable.TRIGGERS for t in order):
+        return {}
+    twin = rewrite_tensors(order, stable.RULES, keep=keep, origin=origin)
+    return twin if any(twin[t.id] is not t for t in order) else {}
+
+
+# ------------------------------------------------------------------ sg.grad
 def _check_wrt(wrt, source):
     for w in wrt:
         if not isinstance(w, Tensor):
@@ -87,14 +179,13 @@ def grad(y, wrt, grad_output=None):
     if y.dtype.kind != "f":
         raise GradError(f"grad: y has dtype {y.dtype}; only real floating outputs can be differentiated "
                         f"(at {source})")
-
     # Built-in VJP rules are package code: every tensor they make belongs to this line of the user's.
     with building(role="backward", source=source):
         # The seed (dy/dy, or grad_output) is y's own adjoint: drawn and commented as belonging to y.
         with building(adjoint_of=y, rule="seed"):
             seed = _seed(y, grad_output, source)
         with gc_paused():
-            adjoint, sweep = _reverse_sweep(y, wrt, seed)
+            adjoint, sweep = _symbolic_sweep(y, wrt, seed)
         return _results(wrt, adjoint, single, sweep, y)
 
 
@@ -103,16 +194,16 @@ def _seed(y, grad_output, source):
         if y.shape != ():
             raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
                             f"y (a vector-Jacobian product) or reduce it first (at {source})")
-        return ops.as_tensor(1.0, like=y.dtype)
-    seed = ops.as_tensor(grad_output, like=y.dtype)
+        return as_tensor(1.0, like=y.dtype)
+    seed = as_tensor(grad_output, like=y.dtype)
     try:
-        ops.registry.broadcast_shapes(seed.shape, y.shape)
+        broadcast_shapes(seed.shape, y.shape)
     except ValueError:
         raise GradError(f"grad: grad_output of shape {format_shape(seed.shape)} does not match y of "
                         f"shape {format_shape(y.shape)} (at {source})") from None
     known = None not in y.shape and None not in seed.shape
     if known and seed.shape != y.shape:
-        seed = ops.broadcast_to(seed, y.shape)
+        seed = broadcast_to(seed, y.shape)
     elif not known and seed is not y:
         # Run-time sizes on either side, even where the static shapes agree ((None, 3) and (None, 3) may be
         # 1 and 4 rows): broadcast to y's shape when the call runs (a size that cannot broadcast is an
@@ -121,86 +212,46 @@ def _seed(y, grad_output, source):
     return seed
 
 
-def _cone(graph: nx.DiGraph, y_id, wrt_ids):
-    """Nodes on some path from a wrt tensor to y: the only ones whose adjoint matters."""
-    reach = set()
-    for w in wrt_ids:
-        if w in graph:
-            reach.add(w)
-            reach.update(nx.descendants(graph, w))
-    return reach
+class _Symbolic(Mode):
+    """sg.grad's sweep: tensors on a path from a ``wrt`` to y need gradients; every step is recorded."""
+
+    def __init__(self, cone, origin):
+        self.cone, self.origin, self.adjoint, self.steps = cone, origin, {}, []
+
+    def needs(self, x) -> bool:
+        return x.id in self.cone
+
+    def reached(self, node, g, parts):
+        self.adjoint[node.id] = g
+        step = {"node": node.id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
+        self.steps.append(step)     # what a reader of the backward pass wants to see
+        return step["sends"]
+
+    def provenance(self, node):
+        # A twin's adjoint nodes belong to the user's tensor it stands for, and name the stable form whose
+        # rule made them: "VJP of softplus (stable form of log) node N".
+        user = self.origin.get(node.id)
+        if user is None:
+            return node, node.op
+        return user, (node.op if node.op == user.op else f"{node.op} (stable form of {user.op})")
 
 
-def _reverse_sweep(y, wrt, seed):
-    graph = to_digraph([y])
-    order = [graph.nodes[i]["tensor"] for i in nx.topological_sort(graph)]
-    # Differentiate the numerically stable form of the graph (same math, finite gradients).
+def _symbolic_sweep(y, wrt, seed):
+    """({wrt id: gradient}, the sweep's steps), over the stable twin of y's graph where it has one."""
     origin = {}
-    twin = rewrite_tensors(order, stable.RULES, keep=wrt, origin=origin)
-    if any(twin[t.id] is not t for t in order):
-        y = twin[y.id]
-        adjoint, sweep = _reverse_sweep_plain(y, [twin.get(w.id, w) for w in wrt], seed, origin)
-        return {w.id: adjoint[twin.get(w.id, w).id] for w in wrt if twin.get(w.id, w).id in adjoint}, sweep
-    return _reverse_sweep_plain(y, wrt, seed)
-
-
-def _provenance(node, origin):
-    """(adjoint_of, rule) for the VJP of ``node``: a twin's adjoint nodes belong to the user's tensor it
-    stands for, and name the stable form whose rule made them."""
-    user = origin.get(node.id) if origin else None
-    if user is None:
-        return node, node.op
-    # "VJP of softplus (stable form of log) node N": N is the node standing for the user's log in the graph
-    return user, (node.op if node.op == user.op else f"{node.op} (stable form of {user.op})")
-
-
-def _reverse_sweep_plain(y, wrt, seed, origin=None):
-    graph = to_digraph([y])
-    cone = _cone(graph, y.id, [w.id for w in wrt])
-    # node id -> (running sum, contributions). Summing as contributions arrive (not when the node is
-    # reached) lets the executor drop each contribution right after it was added.
-    contributions = {y.id: (seed, [seed])} if y.id in cone else {}
-    adjoint = {}
-    sweep = []      # one step per node visited: what a reader of the backward pass wants to see
-    # eager mode's order (graph.post_order): fork sums add their terms in the same order, same bits
-    for node in reversed(post_order([y], lambda x: x.id in cone)):
-        node_id = node.id
-        entry = contributions.pop(node_id, None)
-        if entry is None:
-            continue
-        g, parts = entry
-        adjoint[node_id] = g
-        step = {"node": node_id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
-        sweep.append(step)
-        opdef = REGISTRY.get(node.op)
-        if node.is_leaf or opdef is None or opdef.vjp is None or node.dtype.kind not in "fc":
-            continue        # (an integer or boolean value carries no gradient: abs(x > 0) is a step)
-        needed = [x.id in cone and x.dtype.kind in "fc" for x in node.inputs]
-        if not any(needed):
-            continue
-        if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needed)):
-            raise GradError(f"grad: the gradient would pass through a complex value at {node.op} (made at "
-                            f"{node.source}); the VJP rules are written for real values")
-        adjoint_of, rule = _provenance(node, origin)
-        with building(adjoint_of=adjoint_of, rule=rule):
-            if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
-                CONTEXT.source = None            # a VJP written outside the package: its own lines
-            grads = opdef.vjp(g, node, *node.inputs, **node.attrs)
-            for x, gx, need in zip(node.inputs, grads, needed):
-                if gx is None or not need:
-                    continue
-                siblings = node.inputs if REGISTRY[node.op].has(ELEMENTWISE) or node.op == "matmul" else ()
-                core = min(2, x.ndim) if node.op == "matmul" else 0
-                contribution = sum_to_shape(ops.as_tensor(gx, like=x.dtype), x, siblings, core)
-                step["sends"].append((x.id, contribution.id))
-                if x.id not in contributions:
-                    contributions[x.id] = (contribution, [contribution])
-                    continue
-                total, parts = contributions[x.id]
-                parts.append(contribution)
-                with building(adjoint_of=_provenance(x, origin)[0], rule="sum at fork"):
-                    contributions[x.id] = (total + contribution, parts)
-    return adjoint, sweep
+    twin = stable_twin(sorted(ancestors([y]).values(), key=lambda t: t.id), wrt, origin)
+    ty, twrt = twin.get(y.id, y), [twin.get(w.id, w) for w in wrt]
+    graph = to_digraph([ty])
+    cone = set()                     # nodes on a path from a wrt tensor to y: the only ones that need one
+    for w in twrt:
+        if w.id in graph:
+            cone.add(w.id)
+            cone.update(nx.descendants(graph, w.id))
+    order = [graph.nodes[i]["tensor"] for i in nx.lexicographical_topological_sort(graph.reverse(copy=False))
+             if i in cone]
+    mode = _Symbolic(cone, origin)
+    reverse_sweep(order, [(ty, seed)] if ty.id in cone else [], mode)
+    return {w.id: mode.adjoint[t.id] for w, t in zip(wrt, twrt) if t.id in mode.adjoint}, mode.steps
 
 
 def _results(wrt, adjoint, single, sweep, y):
@@ -220,4 +271,3 @@ def _results(wrt, adjoint, single, sweep, y):
         g.meta.setdefault("y", y)
         out.append(g)
     return out[0] if single else out
-

@@ -1,11 +1,11 @@
-"""compile(): collect the graph, optimize it, schedule it and generate its executor."""
+"""compile(): collect the graph, run the passes over it, and make the Function that lowers and runs it."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import passes as passes_mod
 from .function import Function
-from .graph import Graph
+from .graph import Graph, ancestors
 from .ops.registry import as_tensor, broadcast_shapes
 from .tensor import ShapeError, StaticgradError, Tensor, format_shape, gc_paused, user_frame
 
@@ -40,7 +40,6 @@ def _normalize_updates(updates, source):
 
 
 def _placeholders(roots):
-    from .graph import ancestors
     found = ancestors(roots)
     return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
 
@@ -52,7 +51,8 @@ def compile(outputs, inputs=None, updates=None, optimize=True, passes=None, back
     are (parameter, expression) pairs or a dict; all are computed from the values before the call and
     assigned after the outputs, only when the whole call succeeded. ``passes`` replaces the default
     pipeline (pass functions or names); ``optimize=False`` runs none. ``backend="numba"`` (optional
-    extra) compiles each elementwise region of a plan into one loop.
+    extra) compiles each elementwise region of a plan into one loop; a ``staticgrad.lower.Backend`` also
+    says whether tiny plans may run as scalar code and whether memory is planned.
     """
     with gc_paused():
         return _compile(outputs, inputs, updates, optimize, passes, backend, user_frame())
@@ -103,8 +103,3 @@ def link(graph, single=False, rows=(), unoptimized=None, backend="numpy", positi
     ``inputs=None``) takes feeds by dict or name only: the order of ``graph.inputs`` is not the user's.
     """
     return Function(graph, single, list(rows), unoptimized, backend=backend, positional=positional)
-
-
-def schedule(graph) -> list:
-    """The order nodes run in: the graph keeps its nodes topologically ordered, so take it as it is."""
-    return list(graph.nodes)

@@ -18,16 +18,15 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import stable
-from .autodiff import sum_to_shape
-from .graph import post_order
+from .autodiff import Mode, reverse_sweep, stable_twin
+from .graph import ancestors, reverse_order
 from .ops import registry
-from .ops.registry import REGISTRY, as_tensor
-from .rewrite import rewrite_tensors
-from .tensor import (_PACKAGE_DIR, CONTEXT, GradError, ShapeError, Tensor, _ids, building, format_shape,
-                     user_frame)
+from .ops.registry import REGISTRY
+from .tensor import _PACKAGE_DIR, CONTEXT, VARIABLES, GradError, ShapeError, Tensor, _ids, format_shape, user_frame
 
 __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
+
+LEAF_OP = "tensor"       # the op of eager leaves (eager.tensor(...))
 
 
 class _State:
@@ -147,7 +146,7 @@ def _new(op, inputs, attrs, value, requires_grad, source, name=None, spec=None):
 
 
 def _leaf(value, requires_grad, name, source):
-    return _new("tensor", (), {}, value, requires_grad, source, name)
+    return _new(LEAF_OP, (), {}, value, requires_grad, source, name)
 
 
 def tensor(value, requires_grad=False, dtype=None, name=None, copy=True) -> EagerTensor:
@@ -203,15 +202,14 @@ def _static_value(x, opname):
     """The value of a non-eager input: a constant, or an expression over constants only."""
     if x._value is not None and x.op != "parameter":
         return x._value
-    if x.op in ("placeholder", "parameter"):
+    if x.op in VARIABLES:
         raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {x.op} {x.label()!r} "
                         f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
     # A constant expression (for example ``y - 1`` inside a VJP rule, with y a constant): evaluate it
     # in creation order, which is a topological order, without recursion.
-    from .graph import ancestors
     values = {}
     for _, t in sorted(ancestors([x]).items()):
-        if t.op in ("placeholder", "parameter") or (not t.inputs and t._value is None):
+        if t.op in VARIABLES or (not t.inputs and t._value is None):
             raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} "
                             f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
         if t._value is not None:
@@ -316,9 +314,8 @@ def _seed(y, grad_output, who, needs_grad=True):
     return _leaf(np.array(g, copy=True), False, None, y.source)   # never the caller's own array
 
 
-def _topological(roots):
-    """Tensors that need a gradient, inputs before users (graph.post_order, as sg.grad sweeps)."""
-    return post_order(roots, lambda x: x._requires_grad and type(x) is EagerTensor)
+def _needs_grad(x) -> bool:
+    return x._requires_grad and type(x) is EagerTensor
 
 
 def _as_eager(g):
@@ -327,75 +324,62 @@ def _as_eager(g):
     return _leaf(np.asarray(_static_value(g, "backward")), False, None, g.source)
 
 
+class _Eager(Mode):
+    """backward()'s sweep over the tape: tensors that require grad need gradients; leaves accumulate
+    theirs in ``.grad``, or, with ``collect`` (ids), the gradients of those tensors are gathered."""
+
+    name = "backward"
+
+    def __init__(self, collect, create_graph, seeds, back):
+        self.collect, self.create_graph, self.back, self.found = collect, create_graph, back, {}
+        # A seed that requires grad is the caller's own grad_output (kept for its tape): never take its array.
+        self.taken = {id(s._value) for s in seeds if isinstance(s, EagerTensor) and s._requires_grad}
+
+    def needs(self, x) -> bool:
+        return _needs_grad(x)
+
+    def vjp(self, opdef, g, node, needs):
+        if all(needs):
+            return opdef.vjp(g, node, *node.inputs, **node.attrs)
+        return _needed_parts(opdef, g, node, needs)
+
+    def reached(self, node, g, parts):
+        if self.collect is not None:
+            asked = self.back.get(node.id, node.id)       # the tensor asked for, if a twin stands in for it
+            if asked in self.collect:
+                self.found[asked] = g
+        elif not node.inputs:
+            _accumulate_leaf(node, g, self.create_graph, self.taken)
+
+
 def _sweep(roots, seeds, create_graph, collect):
-    """Push ``seeds`` back from ``roots``. With ``collect`` (a set of ids) return those adjoints;
-    without it, accumulate into the ``.grad`` of leaves that require grad."""
-    order, roots, back = _stable_twin(_topological(roots), roots, collect)
+    """Push ``seeds`` back from ``roots`` through the tape (the sweep sg.grad runs). With ``collect`` (a set
+    of ids) return those adjoints; without it, accumulate into the ``.grad`` of leaves that require grad."""
     saved = STATE.grad_enabled
+    STATE.grad_enabled = True            # a stable twin's new tensors must be on the tape
+    try:
+        order, roots, back = _stable(roots, collect)
+    finally:
+        STATE.grad_enabled = saved
     STATE.grad_enabled = bool(create_graph)
     try:
-        adjoint = {r.id: s for r, s in zip(roots, seeds)}
-        # A seed that requires grad is the caller's own grad_output (kept for its tape): never take its array.
-        found, taken = {}, {id(s._value) for s in seeds if isinstance(s, EagerTensor) and s._requires_grad}
-        for node in reversed(order):
-            g = adjoint.pop(node.id, None)
-            if g is None:
-                continue
-            if collect is not None:
-                asked = back.get(node.id, node.id)       # the tensor asked for, if a twin stands in for it
-                if asked in collect:
-                    found[asked] = g
-            elif not node.inputs:
-                _accumulate_leaf(node, g, create_graph, taken)
-            if not node.inputs:
-                continue
-            opdef = REGISTRY[node.op]
-            if opdef.vjp is None or node.dtype.kind not in "fc":
-                continue    # (an integer or boolean value carries no gradient, as in sg.grad)
-            needs = [x._requires_grad and type(x) is EagerTensor and x.dtype.kind in "fc" for x in node.inputs]
-            if not any(needs):
-                continue
-            if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needs)):
-                raise GradError(f"backward: the gradient would pass through a complex value at {node.op} "
-                                f"(made at {node.source}); the VJP rules are written for real values")
-            with building(role="backward", adjoint_of=node, rule=node.op):
-                if all(needs):
-                    parts = opdef.vjp(g, node, *node.inputs, **node.attrs)
-                else:
-                    parts = _needed_parts(opdef, g, node, needs)
-                for x, gx, need in zip(node.inputs, parts, needs):
-                    if gx is None or not need:
-                        continue
-                    gx = sum_to_shape(as_tensor(gx, like=x.dtype), x)
-                    prev = adjoint.get(x.id)
-                    # The fork sum, with the add op as sg.grad does it (so create_graph tapes it too).
-                    adjoint[x.id] = gx if prev is None else prev + gx
-        return found
+        mode = _Eager(collect, create_graph, seeds, back)
+        reverse_sweep(order, list(zip(roots, seeds)), mode)
+        return mode.found
     finally:
         STATE.grad_enabled = saved
 
 
-def _stable_twin(order, roots, collect):
-    """The tape to differentiate: its numerically stable form, as sg.grad differentiates it.
-
-    Where the tape holds a pattern of stable.RULES (log(sigmoid(z)), log(1 + x), ...), its stable twin
-    is computed (leaves stay, so gradients still land in their ``.grad``) and swept instead, so eager and
-    static gradients agree where the naive form overflows. Returns (order, roots, {twin id: id asked
-    for}) for the tensors in ``collect``.
-    """
-    if not any(t.op in stable.TRIGGERS for t in order):
-        return order, roots, {}
+def _stable(roots, collect):
+    """(the tape's sweep order, the roots, {twin id: id asked for}) for its numerically stable form, as
+    sg.grad differentiates it: leaves stay, so gradients still land in their ``.grad``."""
+    order = reverse_order(roots, _needs_grad)
     keep = [t for t in order if collect and t.id in collect]
-    saved = STATE.grad_enabled
-    STATE.grad_enabled = True            # the twin's new tensors must be on the tape
-    try:
-        twin = rewrite_tensors(order, stable.RULES, keep=keep)
-    finally:
-        STATE.grad_enabled = saved
-    if all(twin[t.id] is t for t in order):
+    twin = stable_twin(order[::-1], keep)
+    if not twin:
         return order, roots, {}
     roots = [twin.get(r.id, r) for r in roots]
-    return _topological(roots), roots, {twin[t.id].id: t.id for t in keep}
+    return reverse_order(roots, _needs_grad), roots, {twin[t.id].id: t.id for t in keep}
 
 
 def _needed_parts(opdef, g, node, needs):

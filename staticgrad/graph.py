@@ -4,6 +4,7 @@ Nothing here recurses, so a graph of a million nodes never meets Python's recurs
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 
 import networkx as nx
@@ -44,27 +45,37 @@ def topological_order(tensors) -> list:
     return [g.nodes[i]["tensor"] for i in nx.topological_sort(g)]
 
 
-def post_order(roots, follow) -> list:
-    """The tensors ``roots`` depend on through inputs ``follow(t)`` accepts, inputs before their users:
-    an iterative depth-first post-order that explores each tensor's last input first.
+def reverse_order(roots, follow) -> list:
+    """The tensors ``roots`` depend on through inputs ``follow(t)`` accepts, each after all of its consumers
+    among them, and of those ready the earliest made first (the smallest id): the order a reverse sweep
+    visits them.
 
-    sg.grad and eager mode both sweep in the reverse of this order, so the contributions meeting at a fork
-    arrive, and are added, in the same order in both: their gradients have the same bits.
+    It is networkx's ``lexicographical_topological_sort`` of the reversed graph keyed by creation order,
+    which sg.grad runs; eager mode walks its tape with this loop on every backward, without building a
+    networkx graph. Both sweeps thus add the contributions meeting at a fork in the same order.
     """
-    order, seen = [], set()
-    stack = [(r, False) for r in reversed(roots)]
+    found, stack = {}, list(roots)
     while stack:
-        t, finished = stack.pop()
-        if finished:
-            order.append(t)
-            continue
-        if t.id in seen:
-            continue
-        seen.add(t.id)
-        stack.append((t, True))
-        for x in t.inputs:
-            if x.id not in seen and follow(x):
-                stack.append((x, False))
+        t = stack.pop()
+        if t.id not in found:
+            found[t.id] = t
+            stack.extend(x for x in t.inputs if x.id not in found and follow(x))
+    waiting = dict.fromkeys(found, 0)           # consumers not visited yet (each counted once, as networkx does)
+    for t in found.values():
+        for i in {x.id for x in t.inputs}:
+            if i in waiting:
+                waiting[i] += 1
+    ready = [i for i, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        t = found[heapq.heappop(ready)]
+        order.append(t)
+        for i in {x.id for x in t.inputs}:
+            if i in waiting:
+                waiting[i] -= 1
+                if waiting[i] == 0:
+                    heapq.heappush(ready, i)
     return order
 
 
@@ -197,6 +208,10 @@ class Graph:
         if op is None:
             return len(self.nodes)
         return sum(1 for n in self.nodes.values() if n.op == op)
+
+    def parameter_ids(self) -> list:
+        """Ids of the parameter nodes, in graph order (the order generated code reads them in)."""
+        return [i for i, n in self.nodes.items() if n.op == "parameter"]
 
     def op_counts(self) -> dict:
         counts = {}

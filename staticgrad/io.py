@@ -273,7 +273,7 @@ def _encode_function(fn, label, tables):
             tables.arrays[key] = np.asarray(node.value)
             entry["value"] = key
         nodes.append(entry)
-    return {"single": bool(fn._single), "inputs": list(graph.inputs), "positional": bool(fn._positional),
+    return {"single": fn.single, "inputs": list(graph.inputs), "positional": fn.positional,
             "outputs": list(graph.outputs), "updates": [[p, e] for p, e in graph.updates], "nodes": nodes}
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import Graph, Node
-from .ops.registry import REGISTRY, apply
+from .ops.registry import LAYOUT, REGISTRY, apply, is_a
 from .tensor import constant
-
-LAYOUT = ("reshape", "transpose", "expand_dims", "squeeze")   # single-input ops that only move data
 
 
 class IRRewriter:
@@ -119,9 +117,9 @@ def is_scalar_const(rw, n, value) -> bool:
 
 
 def peel_layout(rw, n):
-    """Follow reshape/transpose/expand_dims/squeeze down from ``n``: (inner node, [(op, attrs), ...])."""
+    """Follow ops that only move data (reshape, transpose, ...) down from ``n``: (inner node, [(op, attrs), ...])."""
     layers = []
-    while n.op in LAYOUT:
+    while is_a(n, LAYOUT):
         layers.append((n.op, n.attrs))
         n = rw.inputs(n)[0]
     return n, layers

@@ -17,6 +17,10 @@ import numpy as np
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _ids = itertools.count()
 
+# The ops of leaves: values a call supplies (placeholders, parameters) and values baked into the graph.
+VARIABLES = ("placeholder", "parameter")
+LEAVES = VARIABLES + ("constant",)
+
 
 class StaticgradError(ValueError):
     """Base class of staticgrad's value errors (bad shapes, bad feeds, bad graphs)."""

@@ -141,6 +141,8 @@ BINARY = [
     ("pow", sg.pow, np.power, lambda T, x, y: T.pow(x, y)),
     ("maximum", sg.maximum, np.maximum, lambda T, x, y: T.maximum(x, y)),
     ("minimum", sg.minimum, np.minimum, lambda T, x, y: T.minimum(x, y)),
+    ("arctan2", sg.arctan2, np.arctan2, lambda T, y, x: T.atan2(y, x)),
+    ("hypot", sg.hypot, np.hypot, lambda T, x, y: T.hypot(x, y)),
 ]
 SHAPE_PAIRS = [("same", (2, 3), (2, 3)), ("col-row", (3, 1), (4,)), ("scalar-matrix", (), (2, 3)),
                ("matrix-scalar", (2, 3), ()), ("0d", (), ())]
@@ -193,6 +195,19 @@ UNARY = [
     ("abs", sg.abs, np.abs, nonzero, "abs"),
     ("square", sg.square, np.square, normal, "square"),
     ("softplus", sg.softplus, lambda x: np.log1p(np.exp(x)), normal, "nn.functional.softplus"),
+    ("tan", sg.tan, np.tan, lambda *s: uniform(-1.2, 1.2, *s), "tan"),
+    ("arcsin", sg.arcsin, np.arcsin, lambda *s: uniform(-0.9, 0.9, *s), "asin"),
+    ("arccos", sg.arccos, np.arccos, lambda *s: uniform(-0.9, 0.9, *s), "acos"),
+    ("arctan", sg.arctan, np.arctan, normal, "atan"),
+    ("sinh", sg.sinh, np.sinh, normal, "sinh"),
+    ("cosh", sg.cosh, np.cosh, normal, "cosh"),
+    ("arcsinh", sg.arcsinh, np.arcsinh, normal, "asinh"),
+    ("arccosh", sg.arccosh, np.arccosh, lambda *s: uniform(1.2, 3.0, *s), "acosh"),
+    ("arctanh", sg.arctanh, np.arctanh, lambda *s: uniform(-0.9, 0.9, *s), "atanh"),
+    ("exp2", sg.exp2, np.exp2, normal, "exp2"),
+    ("log2", sg.log2, np.log2, lambda *s: uniform(0.3, 3.0, *s), "log2"),
+    ("log10", sg.log10, np.log10, lambda *s: uniform(0.3, 3.0, *s), "log10"),
+    ("reciprocal", sg.reciprocal, np.reciprocal, lambda *s: nonzero(*s, gap=0.5), "reciprocal"),
 ]
 
 
@@ -273,6 +288,9 @@ for _name, _np, _draw, _tname in [("sum", np.sum, normal, "sum"), ("mean", np.me
              torch=(lambda t, a, k: lambda T, x: getattr(T, t)(x, dim=tuple(range(x.dim())) if a is None else a,
                                                                keepdim=k))(_tname, _axis, _keep))
 spec("sum", lambda x: x.sum(axis=1), inputs(normal(2, 3)), tag="method", torch=lambda T, x: x.sum(dim=1))
+spec("argmax", lambda x: sg.argmax(x, axis=1), inputs(distinct(3, 4)), lambda x: np.argmax(x, axis=1), grad=False,
+     keeps_float=False)
+spec("argmin", sg.argmin, inputs(distinct(3, 4)), np.argmin, grad=False, keeps_float=False, dynamic=False)
 spec("mean", lambda x: x.mean(), inputs(normal(2, 3)), tag="method", torch=lambda T, x: x.mean())
 spec("max", lambda x: x.max(axis=0), inputs(distinct(3, 2)), tag="method", torch=lambda T, x: x.amax(dim=0))
 spec("min", lambda x: x.min(axis=-1, keepdims=True), inputs(distinct(3, 2)), tag="method",

@@ -551,7 +551,7 @@ def test_optimizing_leaves_the_unoptimized_graph_intact(name, rng):
     outputs, inputs, feeds = _zoo(rng)[name]
     reference = sg.compile(outputs, inputs=inputs, optimize=False)
     fn = sg.compile(outputs, inputs=inputs)
-    assert _snapshot(fn._unoptimized) == _snapshot(reference.ir)
+    assert _snapshot(fn.unoptimized) == _snapshot(reference.ir)
     # and the user's tensors still describe the same computation: compiling again gives the same graph
     again = sg.compile(outputs, inputs=inputs)
     assert [n.op for n in again.ir.nodes.values()] == [n.op for n in fn.ir.nodes.values()]

@@ -522,7 +522,7 @@ def test_scalar_plan_falling_back_to_numpy_hands_buffers_over_safely():
             fn(np.array(X))          # sqrt(-1): the scalar code gives up and the numpy plan runs
             expected = expected - 0.5 * np.array(X)
             np.testing.assert_array_equal(w.value, expected)
-            program = fn._last
+            program = fn.program
             assert all(w.value is not v for v in program.namespace.values())
     assert fn.report().summary["program"] == "scalar" and program.handoff
 

@@ -360,7 +360,7 @@ def test_shape_errors_are_value_errors():
 
 
 def test_relu_kernel_has_numpys_bits_on_every_path():
-    from staticgrad.ops.elementwise import relu_kernel
+    from staticgrad.ops.elementary import relu_kernel
     special = [-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, 3.0, -3.0]
     for dtype in (np.float32, np.float64):
         for shape in [(4, 320), (640,), (3, 10), (2, 9000)]:     # zero-row path and scalar path

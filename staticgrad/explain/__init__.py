@@ -1,5 +1,6 @@
 """Seeing inside: DOT pictures, what each pass did, the backward sweep as a table, and pass bisection."""
 from .. import passes
+from ..function import Function
 from .bisect import bisect
 from .diffdot import diff_dot
 from .dot import GraphvizNotFound, save_dot, to_dot
@@ -9,3 +10,20 @@ __all__ = ["GraphvizNotFound", "Trace", "bisect", "diff_dot", "save_dot", "to_do
 
 # bisect compiles, so it lives here, above the compiler; its older address stays valid.
 passes.bisect = bisect
+
+
+def _trace(self, feeds, **kwargs):
+    """Print the backward sweep on ``feeds`` as a table (node, rule, contributions, fork sums); returns a
+    staticgrad.Trace (see staticgrad.explain.trace)."""
+    return trace(self, feeds, **kwargs)
+
+
+def _to_dot(self, stage="optimized", **kwargs):
+    """This function's graph as a pydot.Dot (see staticgrad.to_dot)."""
+    return to_dot(self, stage=stage, **kwargs)
+
+
+# Seeing inside is a wing above the compiler: it gives compiled functions these methods (as ops/ gives
+# tensors their operators), so function.py imports nothing from here.
+Function.trace = _trace
+Function.to_dot = _to_dot

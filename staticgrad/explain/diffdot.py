@@ -16,7 +16,7 @@ ADDED = {"fillcolor": "#d5f5d5", "color": "#2ca02c", "penwidth": "3", "style": "
 def history(fn) -> dict:
     """{node id: [(what, pass name)]} from the pass ledger, what being "removed", "replaced" or "added"."""
     events = {}
-    for row in fn._rows:
+    for row in fn.report().rows:
         for what in ("removed", "replaced", "added"):
             for i in row.get(f"{what}_ids", ()):
                 events.setdefault(i, []).append((what, row["pass"]))
@@ -38,7 +38,7 @@ def diff_dot(fn, **kwargs) -> pydot.Dot:
     pass. Keyword arguments are those of ``to_dot`` that shape the drawing (collapse, around, depth,
     scopes, legend, name, rankdir).
     """
-    if getattr(fn, "_unoptimized", None) is None:
+    if getattr(fn, "unoptimized", None) is None:
         raise ValueError("diff_dot: expected a function made by sg.compile (one linked from a loaded graph "
                          "keeps no unoptimized graph to compare with)")
     pic = picture_of(fn, "unoptimized")
@@ -67,7 +67,7 @@ def diff_dot(fn, **kwargs) -> pydot.Dot:
                 style = REMOVED if what == "removed" else ADDED
         pic.marks[i] = (style, lines)
     summary = []
-    for row in fn._rows:
+    for row in fn.report().rows:
         counts = [f"{len(row.get(k + '_ids', ()))} {k}" for k in ("removed", "replaced", "added")
                   if row.get(k + "_ids")]
         summary.append(f"{row['pass']}: {', '.join(counts) or 'no change'}")

@@ -107,7 +107,7 @@ def picture_of(target, stage="optimized") -> Picture:
     if isinstance(target, Function):
         if stage not in ("optimized", "unoptimized"):
             raise ValueError(f"to_dot: stage must be 'optimized' or 'unoptimized', got {stage!r}")
-        base = target._unoptimized
+        base = target.unoptimized
         if stage == "unoptimized" and base is None:
             raise ValueError("to_dot: this function keeps no unoptimized graph (it was linked from a loaded "
                              "graph); draw stage='optimized'")

@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 
-from ..function import ExecutionError, Function, check_feed
+from ..feeds import check_feed
+from ..function import ExecutionError, Function
 from ..graph import Graph
 from ..ops.registry import REGISTRY
 from ..tensor import FeedError, Tensor, format_shape
@@ -108,13 +109,8 @@ def tensor_closure(graph: Graph) -> dict:
 def feeds_by_id(target, feeds) -> dict:
     """{placeholder id: checked array} from feeds given as a compiled function call would take them."""
     if isinstance(target, Function):
-        if isinstance(feeds, dict):
-            arrays = target._feeds((feeds,), {})
-        elif isinstance(feeds, (list, tuple)):
-            arrays = target._feeds(tuple(feeds), {})
-        else:
-            arrays = target._feeds((feeds,), {})
-        return {node.id: a for node, a in zip(target._inputs, arrays)}
+        arrays = target.check_feeds(*feeds) if isinstance(feeds, (list, tuple)) else target.check_feeds(feeds)
+        return dict(zip(target.ir.inputs, arrays))
     graph = target
     holders = [n for n in graph.nodes.values() if n.op == "placeholder"]
     if not isinstance(feeds, dict):
@@ -143,7 +139,7 @@ def run_values(target, feeds):
     if isinstance(target, Graph):
         base = target
     else:
-        base = target._unoptimized if target._unoptimized is not None else target.ir
+        base = target.unoptimized if target.unoptimized is not None else target.ir
     # A loaded graph keeps the file's node ids while its leaves are fresh tensors with ids of this
     # process, so both kinds of ids can name different things: such a graph is run on its own (it
     # records no backward sweep to widen it with).
@@ -288,9 +284,9 @@ def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     """
     if not isinstance(fn, Function):
         raise TypeError(f"trace: expected a compiled function (sg.compile), got {type(fn).__name__}")
-    base = fn._unoptimized if fn._unoptimized is not None else fn.ir
+    base = fn.unoptimized if fn.unoptimized is not None else fn.ir
     found = sweeps_of(base)
-    if not found and fn._unoptimized is None:
+    if not found and fn.unoptimized is None:
         raise ValueError("trace: this function was linked from a loaded graph, which keeps no record of the "
                          "backward sweep; trace the function compiled from the original tensors")
     if not found:

@@ -1,1 +1,124 @@
-"""Lowering: an optimized graph becomes a runnable program for the concrete sizes of one call."""
+"""Lowering: an optimized graph becomes a runnable program for the concrete sizes of one call.
+
+One entry, :func:`build_program`. On its way: the graph at those sizes (``shapes``), many small ops of
+one kind batched into single calls and chains of small products into scans (``batching``, ``chains``),
+memory planned into a reusable workspace (``memory``), straight-line numpy source generated
+(``codegen``). Tiny float64 plans become Python scalar code instead (``scalarize``, ``scalar_math``); with
+``backend="numba"``, elementwise regions become fused loops run by one compiled interpreter (``fuse``,
+``numba_backend``, ``numba_cache``, ``vector_math``). ``costs`` serves the pass ledger.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import batching, scalarize
+from .codegen import Program, generate
+from .memory import plan_memory
+from .shapes import at_sizes, concrete_shapes
+
+__all__ = ["Backend", "Program", "as_backend", "build_program"]
+
+
+class Backend:
+    """How a compiled function's plans run.
+
+    ``name``: "numpy" (generated numpy code) or "numba" (its elementwise regions fused into compiled
+    loops; needs numba). ``scalar``: tiny float64 plans run as Python float code. ``memory_planning``:
+    results go into a reused workspace, and small repeated ops are batched (off: one fresh array per
+    node, as written).
+    """
+
+    NAMES = ("numpy", "numba")
+
+    def __init__(self, name="numpy", scalar=True, memory_planning=True):
+        if name not in self.NAMES:
+            raise ValueError(f"unknown backend {name!r}: expected 'numpy' or 'numba'")
+        if name == "numba":
+            from .numba_backend import require
+            require()
+        self.name, self.scalar, self.memory_planning = name, bool(scalar), bool(memory_planning)
+
+    def replace(self, **changes) -> "Backend":
+        """A backend like this one with ``changes`` (name, scalar, memory_planning)."""
+        settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning}
+        return Backend(**{**settings, **changes})
+
+    def __eq__(self, other):
+        return isinstance(other, Backend) and repr(self) == repr(other)
+
+    def __hash__(self):
+        return hash(repr(self))
+
+    def __repr__(self):
+        return f"Backend({self.name!r}, scalar={self.scalar}, memory_planning={self.memory_planning})"
+
+
+def as_backend(backend) -> Backend:
+    return backend if isinstance(backend, Backend) else Backend(backend)
+
+
+def build_program(graph, shapes, backend="numpy", feeds=None) -> Program:
+    """The program that runs ``graph`` (an optimized IR graph) when its inputs have ``shapes`` (one shape
+    per ``graph.inputs``), with ``backend`` (a name or a :class:`Backend`).
+
+    With ``feeds`` (the call's arrays), a tiny plan may run as scalar code, first checked against the
+    numpy plan on them. ``shapes=None`` gives shape-generic source for reading, with no memory plan.
+    The program's ``kind`` says what runs ("numpy", "scalar" or "numba"), ``stats`` what it batched or
+    fused, ``seconds`` what lowering for the numba backend took.
+    """
+    backend = as_backend(backend)
+    order = list(graph.nodes)
+    params = graph.parameter_ids()
+    if shapes is None:
+        program = generate(graph, order, params, graph.inputs)
+        program.seconds = 0.0
+        return program
+    dtypes = [f.dtype for f in feeds] if feeds is not None else None
+    sizes = concrete_shapes(graph, order, shapes, dtypes)
+    concrete, order = at_sizes(graph, order, sizes)
+    program = _numpy_program(concrete, order, params, sizes, backend.memory_planning)
+    program.seconds = 0.0
+    if backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes):
+        program = _maybe_scalar(concrete, order, params, sizes, program, feeds)
+    if backend.name == "numba" and program.kind == "numpy":
+        # (a plan that runs as scalar code never needs the interpreter, nor its compile)
+        from .numba_backend import fused_program
+        fused, seconds = fused_program(concrete, order, params, graph.inputs, sizes)
+        if fused is not None:               # else no region gains from a kernel: the numpy plan runs
+            fused.shapes, program = sizes, fused
+        program.seconds = seconds
+    return program
+
+
+def _numpy_program(concrete, order, params, shapes, memory_planning):
+    batched = batching.batch(concrete, order, dict(shapes)) if memory_planning else None
+    if batched is not None:
+        memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out, batched.nbytes)
+        program = generate(batched.graph, batched.order, params, concrete.inputs, memory)
+        counts = {"batched_groups": len(batched.groups), "running_sums": len(batched.folds),
+                  "scans": len(batched.scans)}
+        program.stats = {k: n for k, n in counts.items() if n}
+    else:
+        memory = plan_memory(concrete, order, shapes, enable=memory_planning)
+        program = generate(concrete, order, params, concrete.inputs, memory)
+    program.shapes = shapes
+    return program
+
+
+def _maybe_scalar(graph, order, params, shapes, program, feeds):
+    """The scalar version of ``program`` (the caller checked it is eligible), if it agrees on ``feeds``."""
+    try:
+        source, used = scalarize.generate(graph, order, params, graph.inputs, shapes)
+    except Exception:       # anything the scalar generator cannot express stays with numpy
+        return program
+    candidate = scalarize.ScalarProgram(source, used, [graph.nodes[i].tensor for i in params], program)
+    try:
+        want, got = program.run(*feeds), candidate.run(*feeds)
+    except Exception:
+        return program
+    for a, b in zip(want[0] + want[1], got[0] + got[1]):
+        if not np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-12,
+                           equal_nan=True):
+            return program
+    candidate.seconds = 0.0
+    return candidate

@@ -25,7 +25,8 @@ import numpy as np
 from . import chains
 from ..graph import Graph, Node
 from ..ops.registry import REGISTRY, VIEW
-from .plan import elementwise_ufunc, permuted_values
+from ..tensor import LEAVES
+from .memory import permuted_values
 
 MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
 MIN_BATCH = 4
@@ -43,9 +44,10 @@ class Batched:
 
 
 def _batchable(node, shapes):
-    kernel = REGISTRY[node.op].kernel if node.op in REGISTRY else None
-    # Elementwise only: a stacked buffer of vectors is not a matrix (W @ h_i is not W @ [h_1; ...; h_k]).
-    return (elementwise_ufunc(kernel) and not node.attrs and node.dtype.kind == "f"
+    kernel = REGISTRY[node.op].kernel if node.op not in LEAVES else None
+    # Elementwise ufuncs only (one call over stacked rows gives each row's own result): a stacked buffer of
+    # vectors is not a matrix (W @ h_i is not W @ [h_1; ...; h_k]).
+    return (isinstance(kernel, np.ufunc) and kernel.signature is None and not node.attrs and node.dtype.kind == "f"
             and 0 < math.prod(shapes[node.id]) <= MAX_SIZE)
 
 

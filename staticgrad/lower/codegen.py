@@ -8,13 +8,12 @@ With a memory plan, results go into workspace buffers through ``out=`` (allocate
 from __future__ import annotations
 
 import keyword
-import math
 import re
 
 import numpy as np
 
-from ..ops.elementwise import float_with_ints, where_else_zero
-from ..ops.registry import PAIRED, REGISTRY, VIEW
+from ..ops.registry import BROADCAST, REGISTRY, VIEW, is_a
+from ..tensor import LEAVES, VARIABLES
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _KEYWORD_OUT = (np.maximum, np.minimum)      # numpy deprecates a positional out for these two
@@ -44,11 +43,16 @@ class Program:
 
     ``handoff`` maps an update's index to the namespace name of the workspace buffer its new value is
     written into: after a call that buffer is the parameter's, and the caller must rebind the name.
+    ``stats`` counts what the plan computes in one call each (batched groups, running sums, scans,
+    fused regions).
     """
 
     def __init__(self, source, namespace, line_nodes, memory=None, handoff=None):
         self.source, self.namespace, self.line_nodes, self.memory = source, namespace, line_nodes, memory
         self.handoff = handoff or {}
+        self.kind = "numpy"
+        self.stats = {}
+        self.shapes = None
         exec(compile(source, "<staticgrad>", "exec"), namespace)
         self.run = namespace["run"]
 
@@ -69,8 +73,7 @@ class _Names:
             self._by_id[key] = name
         return name
 
-    def kernel(self, op, kernel=None):
-        kernel = REGISTRY[op].kernel if kernel is None else kernel
+    def kernel(self, op, kernel):
         key = ("kernel", op, id(kernel))
         name = self._by_id.get(key)
         if name is None:
@@ -80,161 +83,180 @@ class _Names:
         return name
 
 
-def _kernel_for(nodes, node, memory):
-    """The kernel a plan calls for ``node``, chosen once with what the plan knows, to spare per-call checks
-    a training step need not pay: numpy's own matmul where no operand can be a broadcast view (the op's
-    kernel makes such an operand contiguous); where_else_zero for a where(cond, x, +0.0) over workspace
-    buffers (a ReLU gradient)."""
-    if node.op == "matmul" and not any(_may_broadcast(nodes, j) for j in node.inputs):
-        return np.matmul
-    if node.op == "where" and memory is not None and _else_plus_zero(nodes, node, memory):
-        return where_else_zero
-    return REGISTRY[node.op].kernel
+class PlanFacts:
+    """What a plan knows about its values, as an op's ``fast_kernel`` hook may ask it."""
+
+    def __init__(self, nodes, memory):
+        self.nodes, self.memory = nodes, memory
+
+    def may_broadcast(self, i) -> bool:
+        """Whether value ``i`` may be a view with a step of 0: a broadcast, or a view of one."""
+        node = self.nodes[i]
+        while True:
+            if is_a(node, BROADCAST):
+                return True
+            if not node.inputs or not REGISTRY[node.op].has(VIEW):
+                return False    # a fresh result, a C-ordered feed, a parameter's or constant's own array
+            node = self.nodes[node.inputs[0]]
+
+    def fixed_scalar(self, i):
+        """The value of a constant of one real number no call can change, else None. (Batching and scans
+        turn rows of their stacked buffers into "constant" nodes too: writable views, filled at run time.)"""
+        node = self.nodes[i]
+        value = node.value
+        if node.op != "constant" or np.size(value) != 1 or np.asarray(value).dtype.kind not in "biuf":
+            return None
+        if isinstance(value, np.ndarray) and (value.base is not None or value.flags.writeable):
+            return None
+        return float(np.asarray(value).reshape(()))
+
+    def slot(self, i):
+        """(shape, dtype) of the workspace buffer value ``i`` is written into, or None."""
+        memory = self.memory
+        if memory is None or i not in memory.slot or i in memory.fixed_out:
+            return None
+        shape, dtype = memory.slots[memory.slot[i]]
+        return shape, np.dtype(dtype)
+
+    def dtype(self, i):
+        return self.nodes[i].dtype
 
 
-def _else_plus_zero(nodes, node, memory):
-    """Whether where(cond, x, y) is where(cond, x, +0.0) over float values the plan keeps in workspace
-    buffers of its own shape and dtype (C-ordered by construction), its result in one too."""
-    cond, x, y = node.inputs
-    if not _fixed_real_scalar(nodes[y]):
-        return False
-    value = float(np.asarray(nodes[y].value).reshape(()))
-    if value != 0.0 or math.copysign(1.0, value) < 0:
-        return False
-    slots = [memory.slot.get(i) for i in (cond, x, node.id)]
-    if None in slots or node.id in memory.fixed_out:
-        return False
-    (c_shape, _), (x_shape, x_dtype), (shape, dtype) = (memory.slots[k] for k in slots)
-    return (c_shape == x_shape == shape and np.dtype(x_dtype) == np.dtype(dtype) and float_with_ints(np.dtype(dtype))
-            and np.dtype(nodes[cond].dtype) == np.bool_)
-
-
-def _fixed_real_scalar(node) -> bool:
-    """A constant of one real number that no call can change. (Batching and scans turn rows of their
-    stacked buffers into "constant" nodes too: writable views, filled in at run time.)"""
-    value = node.value
-    if node.op != "constant" or np.size(value) != 1 or np.asarray(value).dtype.kind not in "biuf":
-        return False
-    return not isinstance(value, np.ndarray) or (value.base is None and not value.flags.writeable)
-
-
-def _may_broadcast(nodes, i):
-    """Whether value ``i`` may be a view with a step of 0: a broadcast, or a view of one."""
-    node = nodes[i]
-    while True:
-        if node.op in ("broadcast_to", "broadcast_like"):
-            return True
-        if not node.inputs or not REGISTRY[node.op].has(VIEW):
-            return False        # a fresh result, a C-ordered feed, a parameter's or constant's own array
-        node = nodes[node.inputs[0]]
+def kernel_for(nodes, node, memory):
+    """The kernel a plan calls for ``node``: its op's, or a cheaper one its ``fast_kernel`` hook picks with
+    what the plan knows (sparing per-call checks a training step need not pay)."""
+    opdef = REGISTRY[node.op]
+    if opdef.fast_kernel is not None:
+        fast = opdef.fast_kernel(node, PlanFacts(nodes, memory))
+        if fast is not None:
+            return fast
+    return opdef.kernel
 
 
 def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
     """Source for ``graph``'s nodes in ``order``; ``params``/``inputs`` are leaf node ids in call order.
 
-    ``memory`` (a plan.MemoryPlan) sends results into workspace slots with ``out=``. ``fused`` lists
+    ``memory`` (a memory.MemoryPlan) sends results into workspace slots with ``out=``. ``fused`` lists
     (kernel, fuse.Region) pairs: each region's nodes are computed by one kernel call, made where the
     region's last node stands (its nodes are consecutive in ``order``).
     """
-    nodes = graph.nodes
-    ns = _Names()
-    names, taken = {}, set(ns.namespace) | {"run", "P"}
-    arg_names = []
-    for k, i in enumerate(inputs):
-        name = identifier(nodes[i].name, taken) or f"in{k}"
-        taken.add(name)
-        names[i] = name
-        arg_names.append(name)
-
-    lines = [f"def run({', '.join(arg_names)}):"]
-    line_nodes = {}
-    ns.namespace["P"] = [nodes[i].tensor for i in params]
-    for k, i in enumerate(params):
-        name = identifier("p_" + (nodes[i].name or str(k)), taken) or f"p{k}"
-        taken.add(name)
-        names[i] = name
-        lines.append(f"    {name} = P[{k}]._value{comment(nodes[i])}")
-        line_nodes[len(lines)] = i
-
-    slots = {}
-    if memory is not None:
-        for k, (shape, dtype) in enumerate(memory.slots):
-            slots[k] = ns.bind("w", np.empty(shape, np.dtype(dtype)))
-
-    region_end, region_at = {}, {}
-    for kernel, region in fused:
-        region_at[region.nodes[-1]] = (kernel, region)
-        for i in region.nodes:
-            region_end[i] = region.nodes[-1]
-    step_of = {i: k for k, i in enumerate(order)}
-    last_use = {}
+    writer = _Writer(graph, order, memory, fused)
+    writer.header(params, inputs)
     for step, i in enumerate(order):
-        for j in nodes[i].inputs:
-            last_use[j] = step_of[region_end[i]] if i in region_end else step
-    keep = set(graph.outputs) | {e for _, e in graph.updates}
-    paired = _pairs(nodes, order, memory, region_end)
-    handed = set(memory.handoff) if memory is not None else set()
-    updated = {e: p for k, (p, e) in enumerate(graph.updates) if k in handed}
-    counter, temps = 0, set()
+        writer.node(step, i)
+    return writer.finish()
 
-    def drop_dead(read, step):           # intermediates whose last reader ran at ``step``
-        dead = [names[j] for j in dict.fromkeys(read)
-                if last_use.get(j) == step and j not in keep and names[j] in temps]
+
+class _Writer:
+    """The lines of one generated ``run`` and the names they use."""
+
+    def __init__(self, graph, order, memory, fused):
+        self.graph, self.nodes, self.memory = graph, graph.nodes, memory
+        self.ns = _Names()
+        self.names, self.taken = {}, set(self.ns.namespace) | {"run", "P"}
+        self.lines, self.line_nodes = [], {}
+        self.counter, self.temps = 0, set()
+        self.region_end, self.region_at = {}, {}
+        for kernel, region in fused:
+            self.region_at[region.nodes[-1]] = (kernel, region)
+            for i in region.nodes:
+                self.region_end[i] = region.nodes[-1]
+        step_of = {i: k for k, i in enumerate(order)}
+        self.last_use = {}
+        for step, i in enumerate(order):
+            for j in self.nodes[i].inputs:
+                self.last_use[j] = step_of[self.region_end[i]] if i in self.region_end else step
+        self.keep = set(graph.outputs) | {e for _, e in graph.updates}
+        self.paired = _pairs(self.nodes, order, memory, self.region_end)
+        handed = set(memory.handoff) if memory is not None else set()
+        self.updated = {e: p for k, (p, e) in enumerate(graph.updates) if k in handed}
+
+    def header(self, params, inputs):
+        nodes, arg_names = self.nodes, []
+        for k, i in enumerate(inputs):
+            name = identifier(nodes[i].name, self.taken) or f"in{k}"
+            self.taken.add(name)
+            self.names[i] = name
+            arg_names.append(name)
+        self.lines.append(f"def run({', '.join(arg_names)}):")
+        self.ns.namespace["P"] = [nodes[i].tensor for i in params]
+        for k, i in enumerate(params):
+            name = identifier("p_" + (nodes[i].name or str(k)), self.taken) or f"p{k}"
+            self.taken.add(name)
+            self.names[i] = name
+            self.emit(f"    {name} = P[{k}]._value{comment(nodes[i])}", i)
+        self.slots = {}
+        if self.memory is not None:
+            for k, (shape, dtype) in enumerate(self.memory.slots):
+                self.slots[k] = self.ns.bind("w", np.empty(shape, np.dtype(dtype)))
+
+    def emit(self, line, node_id=None):
+        self.lines.append(line)
+        if node_id is not None:
+            self.line_nodes[len(self.lines)] = node_id
+
+    def fresh(self, i):
+        """A new name for node ``i``'s value, dropped after its last use."""
+        self.counter += 1
+        self.names[i] = name = f"v{self.counter}"
+        self.temps.add(name)
+        return name
+
+    def drop_dead(self, read, step):
+        """``del`` the intermediates whose last reader ran at ``step``."""
+        dead = [self.names[j] for j in dict.fromkeys(read)
+                if self.last_use.get(j) == step and j not in self.keep and self.names[j] in self.temps]
         if dead:
-            lines.append(f"    del {', '.join(dead)}")
+            self.lines.append(f"    del {', '.join(dead)}")
 
-    for step, i in enumerate(order):
-        node = nodes[i]
-        if node.op in ("placeholder", "parameter"):
-            continue
-        if i in paired:
-            pair = paired[i]
-            if pair is None:             # computed with its partner, earlier
-                drop_dead(node.inputs, step)
-                continue
+    def node(self, step, i):
+        node = self.nodes[i]
+        if node.op in VARIABLES:
+            return
+        if i in self.paired:
+            self.pair(step, i, node)
+        elif node.op == "constant":
+            self.names[i] = self.ns.bind("c", node.value)
+        elif i in self.region_end:
+            self.region(step, i)
+        else:
+            self.call(step, i, node)
+
+    def pair(self, step, i, node):
+        pair = self.paired[i]
+        if pair is not None:             # (else computed with its partner, earlier)
             kernel, both = pair
-            for j in both:
-                counter += 1
-                names[j] = f"v{counter}"
-                temps.add(names[j])
-            args = ", ".join(names[j] for j in node.inputs)
-            lines.append(f"    {names[both[0]]}, {names[both[1]]} = {ns.bind(kernel.__name__.strip('_').removesuffix('kernel'), kernel)}({args})"
-                         f"{comment(nodes[both[0]])}; one pass with:{comment(nodes[both[1]])[3:]}")
-            line_nodes[len(lines)] = i
-            drop_dead(node.inputs, step)
-            continue
-        if node.op == "constant":
-            names[i] = ns.bind("c", node.value)
-            continue
-        if i in region_end:
-            if i not in region_at:
-                continue                 # computed inside its region's kernel
-            kernel, region = region_at[i]
-            outs = []
-            for j in region.outputs:
-                counter += 1
-                names[j] = f"v{counter}"
-                temps.add(names[j])
-                outs.append(names[j])
-            args = [names[j] for j in region.inputs]
-            ops = ", ".join(dict.fromkeys(nodes[j].op for j in region.nodes))
-            lines.append(f"    {', '.join(outs)}, = {ns.bind('fused', kernel)}({', '.join(args)})"
-                         f"  # fused loop over {len(region.nodes)} nodes: {ops}")
-            line_nodes[len(lines)] = i
-            drop_dead(region.inputs, step)
-            continue
-        counter += 1
-        var = f"v{counter}"
-        names[i] = var
-        args = [names[j] for j in node.inputs]
+            first, second = (self.fresh(j) for j in both)
+            args = ", ".join(self.names[j] for j in node.inputs)
+            name = self.ns.bind(kernel.__name__.strip("_").removesuffix("kernel"), kernel)
+            self.emit(f"    {first}, {second} = {name}({args}){comment(self.nodes[both[0]])}; one pass with:"
+                      f"{comment(self.nodes[both[1]])[3:]}", i)
+        self.drop_dead(node.inputs, step)
+
+    def region(self, step, i):
+        if i not in self.region_at:
+            return                       # computed inside its region's kernel
+        kernel, region = self.region_at[i]
+        outs = [self.fresh(j) for j in region.outputs]
+        args = [self.names[j] for j in region.inputs]
+        ops = ", ".join(dict.fromkeys(self.nodes[j].op for j in region.nodes))
+        self.emit(f"    {', '.join(outs)}, = {self.ns.bind('fused', kernel)}({', '.join(args)})"
+                  f"  # fused loop over {len(region.nodes)} nodes: {ops}", i)
+        self.drop_dead(region.inputs, step)
+
+    def call(self, step, i, node):
+        memory, ns = self.memory, self.ns
+        self.counter += 1
+        var = self.names[i] = f"v{self.counter}"
+        args = [self.names[j] for j in node.inputs]
         own = (node.meta or {}).get("kernel")      # a plan's own kernel (a scan, a gather) owns its buffer
         slot = memory.slot.get(i) if memory is not None else None
-        out = slots[slot] if slot is not None else None
+        out = self.slots[slot] if slot is not None else None
         if memory is not None and i in memory.fixed_out and own is None:
             out = ns.bind("r", memory.fixed_out[i])
         for key, value in node.attrs.items():
             args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
-        kernel = _kernel_for(nodes, node, memory)
+        kernel = kernel_for(self.nodes, node, memory)
         kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
         if out is not None:
             if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:
@@ -242,49 +264,53 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
             else:
                 args.append(f"out={out}")
         elif own is None:
-            temps.add(var)
-        note = _UNPRINTABLE.sub("?", f"; {out} becomes {nodes[updated[i]].label()}'s array") if i in updated else ""
-        lines.append(f"    {var} = {kernel_name}({', '.join(args)}){comment(node)}{note}")
-        line_nodes[len(lines)] = i
-        drop_dead(node.inputs, step)
+            self.temps.add(var)
+        note = ""
+        if i in self.updated:
+            note = _UNPRINTABLE.sub("?", f"; {out} becomes {self.nodes[self.updated[i]].label()}'s array")
+        self.emit(f"    {var} = {kernel_name}({', '.join(args)}){comment(node)}{note}", i)
+        self.drop_dead(node.inputs, step)
 
-    outs, returned = [], set()
-    for o in graph.outputs:
-        base = _storage(nodes, o)
-        # Each output is the caller's own array: never a feed, a parameter or a constant we hold, nor
-        # memory already handed out as another output (passes may merge outputs or drop copies).
-        fresh = base.op not in ("constant", "parameter", "placeholder") and base.id not in returned
-        outs.append(names[o] if fresh else f"np.array({names[o]})")
-        returned.add(base.id)
-    outs = ", ".join(outs)
-    ups = ", ".join(names[e] for _, e in graph.updates)
-    lines.append(f"    return [{outs}], [{ups}]")
-    handoff = {k: slots[slot] for k, slot in memory.handoff.items()} if memory is not None else {}
-    return Program("\n".join(lines) + "\n", ns.namespace, line_nodes, memory, handoff)
+    def finish(self) -> Program:
+        graph, nodes = self.graph, self.nodes
+        outs, returned = [], set()
+        for o in graph.outputs:
+            base = _storage(nodes, o)
+            # Each output is the caller's own array: never a feed, a parameter or a constant we hold, nor
+            # memory already handed out as another output (passes may merge outputs or drop copies).
+            fresh = base.op not in LEAVES and base.id not in returned
+            outs.append(self.names[o] if fresh else f"np.array({self.names[o]})")
+            returned.add(base.id)
+        ups = ", ".join(self.names[e] for _, e in graph.updates)
+        self.lines.append(f"    return [{', '.join(outs)}], [{ups}]")
+        memory = self.memory
+        handoff = {k: self.slots[slot] for k, slot in memory.handoff.items()} if memory is not None else {}
+        return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, memory, handoff)
 
 
 def _pairs(nodes, order, memory, fused):
-    """Nodes computed together by a PAIRED kernel: the earlier one -> (kernel, (a, b)), the later -> None.
+    """Nodes computed together by a kernel their ops pair: the earlier one -> (kernel, (a, b)), the later
+    -> None.
 
     Both must read the same inputs with the same attributes and return fresh arrays (no planned ``out=``),
     so computing the later one early cannot overwrite memory still in use.
     """
-    if not PAIRED:
-        return {}
-    wanted = {op for pair in PAIRED for op in pair}
+    partners = {}          # op -> [(the other op, kernel, whether this op's result comes first)]
+    for name, opdef in REGISTRY.items():
+        for other, kernel in opdef.paired.items():
+            partners.setdefault(name, []).append((other, kernel, True))
+            partners.setdefault(other, []).append((name, kernel, False))
     seen, paired = {}, {}
     for i in order:
         node = nodes[i]
-        if node.op not in wanted or i in fused or (memory is not None and (
+        if node.op not in partners or i in fused or (memory is not None and (
                 i in memory.slot or i in memory.fixed_out)):
             continue
         key = (tuple(node.inputs), repr(sorted(node.attrs.items())))
-        for (a, b), kernel in PAIRED.items():
-            other = b if node.op == a else a if node.op == b else None
+        for other, kernel, first in partners[node.op]:
             j = seen.get((other, key))
             if j is not None and j not in paired:
-                both = (j, i) if node.op == b else (i, j)
-                paired[j], paired[i] = (kernel, both), None
+                paired[j], paired[i] = (kernel, (i, j) if first else (j, i)), None
                 break
         seen.setdefault((node.op, key), i)
     return paired

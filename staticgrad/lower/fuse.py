@@ -4,6 +4,9 @@ numpy pays a full pass over memory and a call's fixed cost per op; a region comp
 small block of elements before moving to the next block, so intermediates stay in cache. ``lower`` turns a
 region into instructions for a register machine whose registers are rows of that block: a backend compiles
 one interpreter for them (``backend="numba"``), and nothing per graph.
+
+Each instruction computes one op's per-element template (``OpDef.scalar``), the same expression the scalar
+path computes, on float64 registers (False/True as 0.0/1.0).
 """
 from __future__ import annotations
 
@@ -11,27 +14,12 @@ import math
 
 import numpy as np
 
-from . import scalar_math
+from ..ops.registry import ELEMENTWISE, REGISTRY
+from ..tensor import LEAVES
 
-# One scalar expression per op, over the operands' float64 values {0}, {1}, {2} (False/True as 0.0/1.0).
-SCALAR = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "neg": "(-{0})", "pow": "power({0}, {1})", "pow_each": "({0} ** {1})", "exp": "math.exp({0})",
-    "log": "math.log({0})", "log1p": "math.log1p({0})", "expm1": "math.expm1({0})", "sqrt": "math.sqrt({0})",
-    "sin": "math.sin({0})", "cos": "math.cos({0})", "tanh": "math.tanh({0})", "abs": "abs({0})",
-    "square": "({0} * {0})", "sigmoid": "sigmoid({0})", "softplus": "softplus({0})",
-    "relu": "maximum({0}, 0.0)", "maximum": "maximum({0}, {1})", "minimum": "minimum({0}, {1})",
-    "sign": "sign({0})", "where": "({1} if {0} else {2})", "clip": "minimum(maximum({0}, {1}), {2})",
-    "less": "({0} < {1})", "less_equal": "({0} <= {1})", "greater": "({0} > {1})",
-    "greater_equal": "({0} >= {1})", "equal": "({0} == {1})", "not_equal": "({0} != {1})",
-    "stop_gradient": "{0}",
-}
-COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}   # give True/False
-OPS = tuple(SCALAR)                  # an instruction's opcode is its op's position here
-_OPCODE = {op: k for k, op in enumerate(OPS)}
-LOAD, CONST, STORE = len(OPS), len(OPS) + 1, len(OPS) + 2     # instructions that move values
+LOAD, CONST, STORE = 0, 1, 2         # instructions that move values; templates take the opcodes after these
+FIRST_OPCODE = 3
 AS_FLOAT32, AS_BOOL = 1, 2           # rounding after an op whose node is float32 or bool (0: none)
-HELPERS = dict(scalar_math.FUNCTIONS, math=math)     # the names SCALAR expressions use
 _RESULT_DTYPES = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.bool_))
 
 
@@ -45,42 +33,21 @@ class Region:
         self.outputs = []          # ids of region nodes that something outside reads
 
 
-def one_exponent(nodes, shapes, node):
-    """Whether numpy's power loop reads one exponent for every element of ``node`` (a pow), as it does
-    for a scalar exponent: its step is then 0, and numpy takes shortcuts (a square root for 0.5, where
-    sqrt(-0.0) is -0.0 and sqrt(-inf) nan; IEEE pow gives 0.0 and inf). False when it reads one exponent
-    per element (pow); None when that depends on how numpy orders its loops (an exponent broadcast along
-    some axes only, e.g. (3, 1) against (3, 4): numpy 2.4 gives pow there but sqrt for (2, 1, 1)
-    against (3, 4)).
-    """
-    base, exp = node.inputs
-    out, a, b = tuple(shapes[node.id]), tuple(shapes[base]), tuple(shapes[exp])
-    if math.prod(out) == 1:
-        # One element: the exponent steps by its size only in numpy's loop for operands of the output's
-        # shape (or a 0-d base); otherwise size-1 axes step by 0.
-        return not (out and b == out and (a == out or not a))
-    if math.prod(b) == 1:
-        return True
-    if nodes[exp].op in ("broadcast_to", "broadcast_like"):
-        return False            # the pow kernel reads a broadcast view per element (ops.power_kernel)
-    padded = (1,) * (len(out) - len(b)) + b
-    if any(n == 1 and m > 1 for n, m in zip(padded, out)):
+def template(nodes, shapes, node):
+    """The per-element expression that computes ``node`` in a loop, or None when it has none."""
+    if node.op in LEAVES:
         return None
-    return False
+    opdef = REGISTRY[node.op]
+    return opdef.template(node, shapes, nodes) if opdef.has(ELEMENTWISE) else None
 
 
-def instruction_op(nodes, shapes, node):
-    """The op whose loop computes ``node``: pow is numpy's power with one exponent for all elements (its
-    shortcuts), pow_each IEEE pow, as numpy computes an exponent read per element."""
-    if node.op == "pow" and one_exponent(nodes, shapes, node) is False:
-        return "pow_each"
-    return node.op
+def opcodes(templates) -> dict:
+    """{template: opcode} for an interpreter of these templates (sorted: the same set, the same numbers)."""
+    return {t: FIRST_OPCODE + k for k, t in enumerate(sorted(templates))}
 
 
 def _fusible(node, shapes, nodes):
-    if node.op not in SCALAR or node.dtype not in _RESULT_DTYPES:
-        return False
-    if node.op == "pow" and one_exponent(nodes, shapes, node) is None:
+    if node.dtype not in _RESULT_DTYPES or template(nodes, shapes, node) is None:
         return False
     shape = shapes[node.id]
     if math.prod(shape) == 0:
@@ -103,42 +70,54 @@ def find_regions(graph, order, shapes, min_nodes=2):
     Returns (regions with at least ``min_nodes`` nodes, new order).
     """
     nodes = graph.nodes
-    regions, current, deferred, blocked, new_order = [], None, [], set(), []
-
-    def close():
-        nonlocal current, deferred, blocked
-        if current is not None:
-            regions.append(current)
-            new_order.extend(current.nodes)
-        new_order.extend(deferred)
-        current, deferred, blocked = None, [], set()
-
+    found = _Regions()
     for i in order:
         node = nodes[i]
-        if node.op in ("placeholder", "parameter", "constant"):
-            new_order.append(i)
-            continue
-        if _fusible(node, shapes, nodes) and not any(j in blocked for j in node.inputs):
-            if current is not None and current.shape != tuple(shapes[i]):
-                close()
-            if current is None:
-                current = Region(shapes[i])
-            current.nodes.append(i)
-            continue
-        if current is not None and not any(j in blocked for j in node.inputs) and not _fusible(node, shapes, nodes):
-            deferred.append(i)          # runs after the region; members after this point must not need it
-            blocked.add(i)
-            continue
-        close()
-        if _fusible(node, shapes, nodes):
-            current = Region(shapes[i])
-            current.nodes.append(i)
+        fusible = node.op not in LEAVES and _fusible(node, shapes, nodes)
+        if node.op in LEAVES:
+            found.new_order.append(i)
+        elif fusible and not found.needs_deferred(node):
+            found.join(i, shapes[i])
+        elif found.current is not None and not found.needs_deferred(node) and not fusible:
+            found.defer(i)          # runs after the region; members after this point must not need it
         else:
-            new_order.append(i)
-    close()
-    regions = [r for r in regions if len(r.nodes) >= min_nodes]
+            found.close()
+            if fusible:
+                found.join(i, shapes[i])
+            else:
+                found.new_order.append(i)
+    found.close()
+    regions = [r for r in found.regions if len(r.nodes) >= min_nodes]
     _connect(graph, regions)
-    return regions, new_order
+    return regions, found.new_order
+
+
+class _Regions:
+    """The regions found so far, the one being grown, and the nodes deferred until it closes."""
+
+    def __init__(self):
+        self.regions, self.current, self.deferred, self.blocked, self.new_order = [], None, [], set(), []
+
+    def needs_deferred(self, node) -> bool:
+        return any(j in self.blocked for j in node.inputs)
+
+    def join(self, i, shape):
+        if self.current is not None and self.current.shape != tuple(shape):
+            self.close()
+        if self.current is None:
+            self.current = Region(shape)
+        self.current.nodes.append(i)
+
+    def defer(self, i):
+        self.deferred.append(i)
+        self.blocked.add(i)
+
+    def close(self):
+        if self.current is not None:
+            self.regions.append(self.current)
+            self.new_order.extend(self.current.nodes)
+        self.new_order.extend(self.deferred)
+        self.current, self.deferred, self.blocked = None, [], set()
 
 
 def _connect(graph, regions):
@@ -176,54 +155,60 @@ class Code:
         self.outputs = outputs           # (shape, dtype) per output row
 
 
-def lower(graph, region, shapes) -> Code:
-    """Instructions that compute ``region``: inputs load just before their first reader, outputs store
-    right after their writer, so the registers live at once are only the values still to be read."""
+def lower(graph, region, shapes, opcode) -> Code:
+    """Instructions that compute ``region`` (``opcode``: {template: opcode} of the interpreter that will run
+    them): inputs load just before their first reader, outputs store right after their writer, so the
+    registers live at once are only the values still to be read."""
     nodes = graph.nodes
-    size = math.prod(region.shape)
     last = {}
     for k, i in enumerate(region.nodes):
         for j in nodes[i].inputs:
             last[j] = k
     out_row = {i: k for k, i in enumerate(region.outputs)}
-    position = {j: k for k, j in enumerate(region.inputs)}
-    code, consts, args, reg, free = [], [], [], {}, []
-    registers = offset = 0
-
-    def take():
-        nonlocal registers
-        if free:
-            return free.pop()
-        registers += 1
-        return registers - 1
-
+    code = _Lowering(region, math.prod(region.shape))
     for k, i in enumerate(region.nodes):
         node = nodes[i]
         for j in node.inputs:
-            if j in reg:
-                continue
-            reg[j] = take()
-            one = math.prod(shapes[j]) == 1 and tuple(shapes[j]) != region.shape
-            if one and nodes[j].op == "constant":
-                code.append((CONST, 0, reg[j], len(consts), 0, 0))
-                consts.append(float(np.asarray(nodes[j].value).reshape(-1)[0]))
-                continue
-            code.append((LOAD, 0, reg[j], offset, int(one), 0))
-            args.append(position[j])
-            offset += 1 if one else size
-        operands = [reg[j] for j in node.inputs] + [0] * (3 - len(node.inputs))
-        dst = take()
-        rounding = AS_FLOAT32 if node.dtype == np.float32 else 0
-        if node.dtype == np.bool_ and node.op not in COMPARISONS:
-            rounding = AS_BOOL
-        code.append((_OPCODE[instruction_op(nodes, shapes, node)], rounding, dst, *operands))
-        reg[i] = dst
+            if j not in code.reg:
+                code.load(j, nodes[j], shapes[j])
+        operands = [code.reg[j] for j in node.inputs] + [0] * (3 - len(node.inputs))
+        dst = code.take()
+        rounding = AS_FLOAT32 if node.dtype == np.float32 else AS_BOOL if node.dtype == np.bool_ else 0
+        code.code.append((opcode[template(nodes, shapes, node)], rounding, dst, *operands))
+        code.reg[i] = dst
         if i in out_row:
-            code.append((STORE, 0, out_row[i], dst, 0, 0))
+            code.code.append((STORE, 0, out_row[i], dst, 0, 0))
         for j in dict.fromkeys(node.inputs):
             if last[j] == k:
-                free.append(reg[j])
+                code.free.append(code.reg[j])
         if i not in last:
-            free.append(dst)
+            code.free.append(dst)
     outputs = [(region.shape, nodes[i].dtype) for i in region.outputs]
-    return Code(code, consts, registers, size, args, outputs)
+    return Code(code.code, code.consts, code.registers, code.size, code.args, outputs)
+
+
+class _Lowering:
+    """Registers handed out and taken back while a region's instructions are written."""
+
+    def __init__(self, region, size):
+        self.region, self.size = region, size
+        self.position = {j: k for k, j in enumerate(region.inputs)}
+        self.code, self.consts, self.args, self.reg, self.free = [], [], [], {}, []
+        self.registers = self.offset = 0
+
+    def take(self):
+        if self.free:
+            return self.free.pop()
+        self.registers += 1
+        return self.registers - 1
+
+    def load(self, j, node, shape):
+        self.reg[j] = register = self.take()
+        one = math.prod(shape) == 1 and tuple(shape) != self.region.shape
+        if one and node.op == "constant":
+            self.code.append((CONST, 0, register, len(self.consts), 0, 0))
+            self.consts.append(float(np.asarray(node.value).reshape(-1)[0]))
+            return
+        self.code.append((LOAD, 0, register, self.offset, int(one), 0))
+        self.args.append(self.position[j])
+        self.offset += 1 if one else self.size

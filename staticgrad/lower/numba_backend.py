@@ -8,26 +8,27 @@ than linearly with its length (minutes for a 1,000-op chain).
 """
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import time
 
 import numpy as np
 
-from . import fuse, numba_cache, vector_math
+from . import fuse, numba_cache, scalar_math, vector_math
 from .codegen import generate
-from .plan import plan_memory
+from .memory import plan_memory
 
-# Ops computed by vector_math's polynomials (about 1 ns an element in SIMD registers, against 7-15 ns for
-# libm's call) where every input of a block is within the limit: (limit, expression).
-VECTOR = {"sin": (vector_math.SIN_COS_LIMIT, "sin_cos_kernel(r[a, e], False)"),
-          "cos": (vector_math.SIN_COS_LIMIT, "sin_cos_kernel(r[a, e], True)"),
-          "tanh": (sys.float_info.max, "tanh_kernel(r[a, e])")}
+# Templates computed by vector_math's polynomials (about 1 ns an element in SIMD registers, against 7-15 ns
+# for libm's call) where every input of a block is within the limit: (limit, expression).
+VECTOR = {"sin({0})": (vector_math.SIN_COS_LIMIT, "sin_cos_kernel(r[a, e], False)"),
+          "cos({0})": (vector_math.SIN_COS_LIMIT, "sin_cos_kernel(r[a, e], True)"),
+          "tanh({0})": (sys.float_info.max, "tanh_kernel(r[a, e])")}
 SCRATCH = 16384     # float64s in the scratch block (registers x block width): 128 KB stays in L2
 MIN_WIDTH = 8       # elements per block however many registers: one dispatch per op serves several
 SMALL = 4096        # elements: below this a numpy call costs more than the work it does
 MIN_NODES = 8       # nodes a small region needs before one kernel call beats their numpy calls
-_interpreters = {}  # frozenset of ops -> the interpreter compiled for them
+_interpreters = {}  # frozenset of templates -> the Interpreter compiled for them
 _helpers = {}
 
 
@@ -42,10 +43,10 @@ def require():
         raise NumbaUnavailable("backend='numba' needs numba: pip install 'staticgrad[numba]' (or numba)") from None
 
 
-def interpreter_source(ops=fuse.OPS) -> str:
+def interpreter_source(templates) -> str:
     """``interpret(code, consts, packed, out, registers, width)``: runs fuse.Code instructions that use
-    only ``ops`` over the elements in blocks of ``width``; register k of a block is row k of a scratch
-    array."""
+    only ``templates`` (numbered by fuse.opcodes) over the elements in blocks of ``width``; register k of
+    a block is row k of a scratch array."""
     lines = [
         "def interpret(code, consts, packed, out, registers, width):",
         "    r = np.empty((registers, width))",
@@ -69,24 +70,9 @@ def interpreter_source(ops=fuse.OPS) -> str:
         "                for e in range(w):",
         "                    out[d, start + e] = r[a, e]",
     ]
-    # One loop per op, so the op is chosen once per block rather than once per element.
-    for opcode, op in enumerate(fuse.OPS):
-        if op not in ops:
-            continue
-        expr = fuse.SCALAR[op].format("r[a, e]", "r[b, e]", "r[c, e]")
-        if op in fuse.COMPARISONS:
-            expr = f"1.0 if {expr} else 0.0"
-        lines += [f"            elif o == {opcode}:"]
-        if op in VECTOR:
-            # libm's scalar call only for a block holding an input the polynomial does not cover
-            limit, fast = VECTOR[op]
-            lines += ["                outside = 0", "                for e in range(w):",
-                      f"                    if not abs(r[a, e]) <= {limit!r}:", "                        outside += 1",
-                      "                if outside == 0:", "                    for e in range(w):",
-                      f"                        r[d, e] = {fast}", "                else:",
-                      "                    for e in range(w):", f"                        r[d, e] = {expr}"]
-        else:
-            lines += ["                for e in range(w):", f"                    r[d, e] = {expr}"]
+    # One loop per template, so the op is chosen once per block rather than once per element.
+    for template, opcode in fuse.opcodes(templates).items():
+        lines += [f"            elif o == {opcode}:"] + _loop(template)
     lines += [
         f"            if rounding == {fuse.AS_FLOAT32}:",
         "                for e in range(w):",
@@ -98,14 +84,31 @@ def interpreter_source(ops=fuse.OPS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _loop(template) -> list:
+    # (a comparison's True/False becomes 1.0/0.0; a float times 1.0 is itself, -0.0 and NaN included)
+    expr = "1.0 * (" + template.format("r[a, e]", "r[b, e]", "r[c, e]") + ")"
+    if template not in VECTOR:
+        return ["                for e in range(w):", f"                    r[d, e] = {expr}"]
+    # libm's scalar call only for a block holding an input the polynomial does not cover
+    limit, fast = VECTOR[template]
+    return ["                outside = 0", "                for e in range(w):",
+            f"                    if not abs(r[a, e]) <= {limit!r}:", "                        outside += 1",
+            "                if outside == 0:", "                    for e in range(w):",
+            f"                        r[d, e] = {fast}", "                else:",
+            "                    for e in range(w):", f"                        r[d, e] = {expr}"]
+
+
 def helpers() -> dict:
-    """The names interpreter code uses: fuse's scalar helpers compiled by numba, once per process."""
+    """The names interpreter code uses: numpy's ufuncs by name (numba compiles its own versions of them),
+    and the templates' helpers (scalar_math) compiled by numba, once per process."""
     if not _helpers:
         import numba
 
+        _helpers.update({name: f for name, f in vars(np).items() if isinstance(f, np.ufunc)})
         # numpy's division-by-zero semantics (inf/nan), not Python's exception.
         helper = numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
-        _helpers.update({name: helper(fn) if callable(fn) else fn for name, fn in fuse.HELPERS.items()})
+        _helpers.update({name: helper(fn) if inspect.isfunction(fn) else fn
+                         for name, fn in scalar_math.FUNCTIONS.items()})
         # inlined into the interpreter's loops, which LLVM then vectorizes
         kernel = numba.njit(error_model="numpy", inline="always")
         _helpers.update(sin_cos_kernel=kernel(vector_math.sin_cos_kernel), tanh_kernel=kernel(vector_math.tanh_kernel))
@@ -113,8 +116,8 @@ def helpers() -> dict:
     return _helpers
 
 
-def _compile(ops):
-    source = interpreter_source(ops)
+def _compile(templates):
+    source = interpreter_source(templates)
     interpret = numba_cache.load(source, helpers)
     if interpret is None:
         import numba
@@ -124,6 +127,15 @@ def _compile(ops):
         interpret = numba.njit(namespace["interpret"], error_model="numpy")
     interpret(np.zeros((0, 6), np.int64), np.zeros(0), np.zeros(1), np.zeros((1, 1)), 1, 1)   # compile now
     return interpret
+
+
+class Interpreter:
+    """A compiled interpreter and the opcode of each template it knows."""
+
+    def __init__(self, templates):
+        self.templates = frozenset(templates)
+        self.opcode = fuse.opcodes(self.templates)
+        self.run = _compile(self.templates)
 
 
 class Kernel:
@@ -148,23 +160,22 @@ class Kernel:
                      for k, shape, dtype in self.rows)
 
 
-def interpreter(ops):
-    """A compiled interpreter that knows ``ops``: one compiled earlier for more ops, or a new one for
-    these and every op seen before, so a process compiles again only when a plan brings a new op.
+def interpreter(templates) -> Interpreter:
+    """An interpreter that knows ``templates``: one compiled earlier for more of them, or a new one for
+    these and every template seen before, so a process compiles again only when a plan brings a new one.
 
-    Each op's loop costs compile time (about 0.1 s; all of fuse.OPS take 3-4 s), so only the ops in use
-    are compiled.
+    Each template's loop costs compile time (about 0.1 s), so only the templates in use are compiled.
     """
-    for known, interpret in _interpreters.items():
-        if ops <= known:
-            return interpret
-    ops = frozenset(ops).union(*_interpreters)
-    _interpreters[ops] = _compile(ops)
-    return _interpreters[ops]
+    for known, found in _interpreters.items():
+        if templates <= known:
+            return found
+    templates = frozenset(templates).union(*_interpreters)
+    _interpreters[templates] = Interpreter(templates)
+    return _interpreters[templates]
 
 
-def worth_fusing(region, shapes, ops) -> bool:
-    """Whether one interpreter call beats numpy's calls for ``region`` (whose nodes compute ``ops``).
+def worth_fusing(region, shapes, templates) -> bool:
+    """Whether one interpreter call beats numpy's calls for ``region`` (whose nodes compute ``templates``).
 
     On small arrays a numpy call's fixed cost (about 1.3 µs) dominates: fuse, when the region has enough
     nodes to pay for the kernel call's own (about 8 µs: packing, numba's dispatch). On large ones numpy's
@@ -177,7 +188,7 @@ def worth_fusing(region, shapes, ops) -> bool:
     size = math.prod(region.shape)
     if size <= SMALL:
         return len(region.nodes) >= MIN_NODES
-    if not any(op in VECTOR for op in ops):
+    if not any(t in VECTOR for t in templates):
         return False
     crossing = sum(1 for j in region.inputs if math.prod(shapes[j]) > 1) + 2 * len(region.outputs)
     return len(region.nodes) >= 2 * crossing
@@ -187,23 +198,23 @@ def fused_program(graph, order, params, inputs, shapes):
     """The plan's program with every elementwise region computed by a numba interpreter.
 
     Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
-    has an op that none compiled so far knows); the program is None when no region is worth a kernel.
-    Nothing is compiled per plan, so there is no first run to pay for up front. Regions move nodes, so the
-    workspace is planned again over the new order (the numpy plan's does not fit).
+    has a template that none compiled so far knows); the program is None when no region is worth a
+    kernel. Nothing is compiled per plan, so there is no first run to pay for up front. Regions move
+    nodes, so the workspace is planned again over the new order (the numpy plan's does not fit).
     """
     start = time.perf_counter()
     regions, order = fuse.find_regions(graph, order, shapes)
-    regions = [r for r in regions
-               if r.outputs and worth_fusing(r, shapes, {graph.nodes[i].op for i in r.nodes})]
+    templates = {id(r): {fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes} for r in regions}
+    regions = [r for r in regions if r.outputs and worth_fusing(r, shapes, templates[id(r)])]
     if not regions:
         return None, time.perf_counter() - start
-    interpret = interpreter({fuse.instruction_op(graph.nodes, shapes, graph.nodes[i]) for r in regions for i in r.nodes})
-    fused = [(Kernel(fuse.lower(graph, r, shapes), interpret), r) for r in regions]
+    machine = interpreter(frozenset().union(*(templates[id(r)] for r in regions)))
+    fused = [(Kernel(fuse.lower(graph, r, shapes, machine.opcode), machine.run), r) for r in regions]
     # The rest of the plan keeps a workspace, planned over the new order. A region's nodes are consecutive
     # there and its kernel returns fresh arrays, so they take no slot, and an input dying inside a region
     # frees its slot only for nodes after the kernel's call.
     inside = {i: None for r in regions for i in r.nodes}
     memory = plan_memory(graph, order, shapes, True, inside)
     program = generate(graph, order, params, inputs, memory, fused=fused)
-    program.regions = len(fused)
+    program.kind, program.stats = "numba", {"fused_regions": len(fused)}
     return program, time.perf_counter() - start

@@ -1,15 +1,14 @@
-"""numpy's elementwise semantics for one Python float at a time (used by scalar code and fused loops)."""
+"""The vocabulary of per-element templates (``OpDef.scalar``): numpy's semantics for one number at a time.
+
+A template is a Python expression over its operands' elements ``{0}``, ``{1}``, ``{2}``. It may call the
+helpers below, numpy's ufuncs by name (``exp``, ``arctan2``, ...) and Python's ``abs`` and ``float``.
+The scalar path runs the helpers as Python code and calls numpy's ufunc for all of a node's elements at
+once (numpy's own bits: on AVX512 its SIMD exp, log, pow and tanh differ from libm's in the last bit); the
+numba backend compiles the helpers, and numba's versions of the ufuncs (libm's).
+"""
 import math
 
-
-def sigmoid(x):
-    e = math.exp(-abs(x))        # never overflows, as in the numpy kernel
-    r = 1.0 / (1.0 + e)
-    return r if x >= 0 else e * r
-
-
-def softplus(x):
-    return math.log1p(math.exp(-abs(x))) + (x if x > 0.0 else 0.0)
+import numpy as np
 
 
 def maximum(a, b):
@@ -22,8 +21,8 @@ def minimum(a, b):
 
 
 def power(a, b):
-    # numpy's power loop, reading one exponent for all elements (fuse.one_exponent), takes shortcuts that
-    # round differently from pow on some inputs: a square root for 0.5 (also sqrt(-inf) is nan and
+    # numpy's power loop, reading one exponent for all elements (ops.powers.one_exponent), takes shortcuts
+    # that round differently from pow on some inputs: a square root for 0.5 (also sqrt(-inf) is nan and
     # sqrt(-0.0) -0.0, where pow gives inf and 0.0), a*a for 2 and 1/a for -1 (checked bit for bit on
     # 2e5 numbers of every magnitude; its other exponents give pow's results). math.pow and math.sqrt:
     # Python's ** would make a complex number of a negative base; these raise instead (numba: nan).
@@ -45,5 +44,22 @@ def sign(a):
     return 0.0 if a == 0 else a
 
 
-FUNCTIONS = {"sigmoid": sigmoid, "softplus": softplus, "maximum": maximum, "minimum": minimum, "sign": sign,
-             "power": power}
+# Helpers a template may call. sqrt is IEEE's correctly rounded square root everywhere: no numpy call needed.
+FUNCTIONS = {"maximum": maximum, "minimum": minimum, "sign": sign, "power": power, "sqrt": math.sqrt}
+BUILTINS = frozenset({"abs", "float", "int", "bool", "max"})
+
+
+def is_ufunc(name) -> bool:
+    """Whether a template's call of ``name`` means numpy's ufunc of that name."""
+    return name not in FUNCTIONS and name not in BUILTINS and isinstance(getattr(np, name, None), np.ufunc)
+
+
+def power_each(bases, exponent):
+    """numpy's power of many bases with one exponent: its loop reads the exponent with a step of 0 and takes
+    its shortcuts, as for the node it stands for (the scalar path's pow)."""
+    return np.power(bases, exponent).tolist()
+
+
+def power_pairs(bases, exponents):
+    """numpy's power with one exponent per base (IEEE pow for each)."""
+    return np.power(bases, exponents).tolist()

@@ -1,28 +1,36 @@
-"""Elementwise ops: arithmetic, unary math, comparisons, selection."""
+"""Elementwise ops: arithmetic, selection, comparisons and logic, casts; and the builders of public functions."""
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
-from .registry import COMMUTATIVE, ELEMENTWISE, VIEW, apply, coerce, defop, elementwise_spec, kernel_dtype
+from .registry import (COMMUTATIVE, ELEMENTWISE, IDENTITY, INPLACE, OUT, VIEW, apply, broadcast_shapes, coerce,
+                       defop, elementwise_spec, kernel_dtype)
 
 
-def _binary(name):
+# ------------------------------------------------------------------ public functions from registrations
+def binary(opdef):
+    """The public function of a two-input op: Python scalars adopt the other operand's dtype."""
     def fn(a, b):
         a, b = coerce(a, b)
-        return apply(name, (a, b))
-    fn.__name__ = name
-    return fn
+        return apply(opdef.name, (a, b))
+    return opdef.publish(fn)
 
 
-def _unary(name):
+def unary(opdef):
     def fn(x):
         (x,) = coerce(x)
-        return apply(name, (x,))
-    fn.__name__ = name
-    return fn
+        return apply(opdef.name, (x,))
+    return opdef.publish(fn)
+
+
+def float_unary(opdef):
+    """For an op numpy lacks: integers become the float dtype numpy's exp would give them first."""
+    def fn(x):
+        (x,) = coerce(x)
+        return apply(opdef.name, (as_float(x),))
+    return opdef.publish(fn)
 
 
 def as_float(x):
@@ -33,45 +41,96 @@ def as_float(x):
     return cast(x, kernel_dtype(np.exp, (x.dtype,)))
 
 
-def _float_unary(name):
-    def fn(x):
-        (x,) = coerce(x)
-        return apply(name, (as_float(x),))
-    fn.__name__ = name
-    return fn
+def elementwise(name, kernel, vjp, flags=0, **facts):
+    """Register an elementwise op whose shape and dtype are numpy's for ``kernel``."""
+    return defop(name, kernel, elementwise_spec(kernel), vjp, flags | ELEMENTWISE, **facts)
 
 
-def _def(name, kernel, vjp, flags=0, doc=""):
-    defop(name, kernel, elementwise_spec(kernel), vjp, flags | ELEMENTWISE, doc)
+# ------------------------------------------------------------------ arithmetic
+add = binary(elementwise("add", np.add, lambda g, out, x, y: (g, g), COMMUTATIVE, scalar="({0} + {1})",
+                         torch=lambda T, x, y: T.add(x, y)))
+sub = binary(elementwise("sub", np.subtract, lambda g, out, x, y: (g, neg(g)), scalar="({0} - {1})",
+                         torch=lambda T, x, y: T.sub(x, y)))
+mul = binary(elementwise("mul", np.multiply, lambda g, out, x, y: (g * y, g * x), COMMUTATIVE,
+                         scalar="({0} * {1})", torch=lambda T, x, y: T.mul(x, y)))
+div = binary(elementwise("div", np.true_divide, lambda g, out, x, y: (g / y, neg(g / y * out)),
+                         scalar="({0} / {1})", torch=lambda T, x, y: T.div(x, y)))
+neg = unary(elementwise("neg", np.negative, lambda g, out, x: (neg(g),), scalar="(-{0})",
+                        torch=lambda T, x: T.neg(x)))
 
 
-# ------------------------------------------------------------------ kernels numpy does not have
-def sigmoid_kernel(x):
-    # exp of -|x| never overflows, so both halves stay accurate far into the tails.
-    e = np.exp(-np.abs(x))
-    r = 1.0 / (1.0 + e)
-    return np.where(x >= 0, r, e * r)
+def identity_kernel(x):
+    return x
 
 
-def relu_kernel(x, out=None):
-    if x.dtype == np.float32 and x.ndim and 256 <= x.shape[-1] <= 8192 and x.flags.c_contiguous:
-        # numpy's float32 maximum runs its vector loop only when both operands are walked contiguously:
-        # against a row of zeros it is 2-3x faster than against the scalar 0, with the same bits.
-        return np.maximum(x, _zero_row(x.shape[-1]), out=out)
-    return np.maximum(x, 0, out=out)
+stop_gradient = unary(elementwise(
+    "stop_gradient", identity_kernel, None, VIEW | IDENTITY, scalar="{0}", torch=lambda T, x: x.detach(),
+    doc="identity whose gradient is zero"))
 
 
-@functools.lru_cache(maxsize=8)
-def _zero_row(n):
-    row = np.zeros(n, np.float32)
-    row.flags.writeable = False
-    return row
+# ------------------------------------------------------------------ casts
+def cast_kernel(x, dtype):
+    return x.astype(dtype)
 
 
-relu_kernel.accepts_out = True     # the executor may hand it a reusable buffer
-relu_kernel.inplace_safe = True    # one pass: out may be its own input
+def _cast_spec(inputs, dtype):
+    return inputs[0].shape, np.dtype(dtype)
 
 
+def _cast_vjp(g, out, x, dtype):
+    # Rounding to integers (or bools) is piecewise constant: no gradient flows back through it.
+    if x.dtype.kind not in "fc" or np.dtype(dtype).kind not in "fc":
+        return (None,)
+    return (cast(g, x.dtype),)
+
+
+def _cast_template(node, shapes, nodes):
+    # float() of a float or a bool is exact; a narrower float is rounded by the backend (numba) or refused
+    # by the scalar path, which computes float64 only.
+    return "float({0})" if node.dtype.kind == "f" else None
+
+
+def _cast_torch(T, x, dtype):
+    return x.to(T.from_numpy(np.zeros((), dtype)).dtype)
+
+
+_CAST = defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE, scalar=_cast_template,
+              scalar_kinds=(("fb",), "f"), torch=_cast_torch)
+
+
+@_CAST.publish
+def cast(x, dtype):
+    """``x`` as ``dtype`` (numpy's astype)."""
+    (x,) = coerce(x)
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return apply("cast", (x,), {"dtype": dtype})
+
+
+# ------------------------------------------------------------------ two-sided selection
+def _maximum_vjp(g, out, x, y):
+    # Ties split the gradient evenly, as PyTorch does.
+    half = g * 0.5
+    return (where(x > y, g, where(equal(x, y), half, 0)),
+            where(y > x, g, where(equal(x, y), half, 0)))
+
+
+def _minimum_vjp(g, out, x, y):
+    half = g * 0.5
+    return (where(x < y, g, where(equal(x, y), half, 0)),
+            where(y < x, g, where(equal(x, y), half, 0)))
+
+
+# Not COMMUTATIVE: of two equal values numpy returns the second, so maximum(-0.0, 0.0) is 0.0 and
+# maximum(0.0, -0.0) is -0.0 (and of two NaNs, the first one's payload).
+maximum = binary(elementwise("maximum", np.maximum, _maximum_vjp, scalar="maximum({0}, {1})",
+                             torch=lambda T, x, y: T.maximum(x, y)))
+minimum = binary(elementwise("minimum", np.minimum, _minimum_vjp, scalar="minimum({0}, {1})",
+                             torch=lambda T, x, y: T.minimum(x, y)))
+
+
+# ------------------------------------------------------------------ where
 _SIGNED = {k: np.dtype(f"i{k}") for k in (2, 4, 8)}
 
 
@@ -104,10 +163,6 @@ def _same_float_layout(x, cond, out) -> bool:
             and np.shape(cond) == out.shape and x.flags.c_contiguous and out.flags.c_contiguous)
 
 
-where_kernel.accepts_out = True
-where_kernel.inplace_safe = True   # each element is read before its own slot is written
-
-
 def where_else_zero(cond, x, y, out):
     """where(cond, x, +0.0) into ``out``, for C-ordered float ``x`` and ``cond`` of out's shape and dtype
     (``y`` is not read). Plans call it directly where they know that much, sparing where_kernel's checks.
@@ -119,125 +174,23 @@ def where_else_zero(cond, x, y, out):
     return out
 
 
-where_else_zero.accepts_out = True
-where_else_zero.inplace_safe = True
-
-
-def softplus_kernel(x):
-    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
-
-
-def identity_kernel(x):
-    return x
-
-
-def cast_kernel(x, dtype):
-    return x.astype(dtype)
-
-
-# ------------------------------------------------------------------ arithmetic
-_def("add", np.add, lambda g, out, x, y: (g, g), COMMUTATIVE)
-_def("sub", np.subtract, lambda g, out, x, y: (g, neg(g)))
-_def("mul", np.multiply, lambda g, out, x, y: (g * y, g * x), COMMUTATIVE)
-_def("div", np.true_divide, lambda g, out, x, y: (g / y, neg(g / y * out)))
-_def("neg", np.negative, lambda g, out, x: (neg(g),))
-
-
-def _pow_vjp(g, out, x, y):
-    gx = g * y * power(x, y - 1)
-    if not (y.op == "constant" and np.all(y.value != 0)):
-        # x**0 is constant, but y * x**(y-1) is 0 * inf = nan at x = 0: mask it, as torch does.
-        gx = where(equal(y, 0), 0, gx)
-    # x**y log x tends to 0 as x -> 0 (y > 0): taking log 1 there avoids 0 * -inf = nan, as torch does.
-    safe_log = log(where(equal(x, 0), 1, x))
-    return gx, g * out * safe_log
-
-
-def power_kernel(x, y, out=None):
-    # numpy's power takes shortcuts (sqrt for 0.5, x*x for 2, 1/x for -1) where its loop reads one exponent
-    # for every element, as it does for a broadcast view (step 0) too. A broadcast here is a value of its
-    # shape, read per element like the fresh array a pass may fold it from or into, so results follow
-    # shapes, not memory layout (fuse.one_exponent says which loop runs).
-    if type(y) is np.ndarray and y.size > 1 and 0 in y.strides:
-        y = np.ascontiguousarray(y)
-    return np.power(x, y, out=out)
-
-
-power_kernel.accepts_out = power_kernel.inplace_safe = True
-_def("pow", power_kernel, _pow_vjp)
-
-add, sub, mul, div, pow = _binary("add"), _binary("sub"), _binary("mul"), _binary("div"), _binary("pow")
-power = pow
-neg = _unary("neg")
-
-# ------------------------------------------------------------------ unary math
-_def("exp", np.exp, lambda g, out, x: (g * out,))
-_def("log", np.log, lambda g, out, x: (g / x,))
-_def("log1p", np.log1p, lambda g, out, x: (g / (x + 1),))
-_def("expm1", np.expm1, lambda g, out, x: (g * (out + 1),))
-_def("sqrt", np.sqrt, lambda g, out, x: (g / (out * 2),))
-_def("sin", np.sin, lambda g, out, x: (g * cos(x),))
-_def("cos", np.cos, lambda g, out, x: (neg(g * sin(x)),))
-_def("tanh", np.tanh, lambda g, out, x: (g * (1 - square(out)),))
-_def("sigmoid", sigmoid_kernel, lambda g, out, x: (g * (out * (1 - out)),))
-_def("relu", relu_kernel, lambda g, out, x: (where(out > 0, g, 0),))
-_def("abs", np.abs, lambda g, out, x: (g * sign(x),))
-_def("square", np.square, lambda g, out, x: (g * (x * 2),))
-_def("softplus", softplus_kernel, lambda g, out, x: (g * sigmoid(x),))
-_def("sign", np.sign, None)
-_def("stop_gradient", identity_kernel, None, VIEW, doc="identity whose gradient is zero")
-
-exp, log, log1p, expm1, sqrt = _unary("exp"), _unary("log"), _unary("log1p"), _unary("expm1"), _unary("sqrt")
-sin, cos, tanh, sigmoid, relu = _unary("sin"), _unary("cos"), _unary("tanh"), _float_unary("sigmoid"), _unary("relu")
-abs, square, softplus, sign = _unary("abs"), _unary("square"), _float_unary("softplus"), _unary("sign")
-stop_gradient = _unary("stop_gradient")
-
-
-def _cast_spec(inputs, dtype):
-    return inputs[0].shape, np.dtype(dtype)
-
-
-def _cast_vjp(g, out, x, dtype):
-    # Rounding to integers (or bools) is piecewise constant: no gradient flows back through it.
-    if x.dtype.kind not in "fc" or np.dtype(dtype).kind not in "fc":
-        return (None,)
-    return (cast(g, x.dtype),)
-
-
-defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE)
-
-
-def cast(x, dtype):
-    (x,) = coerce(x)
-    dtype = np.dtype(dtype)
-    if x.dtype == dtype:
-        return x
-    return apply("cast", (x,), {"dtype": dtype})
-
-
-# ------------------------------------------------------------------ two-sided selection
-def _maximum_vjp(g, out, x, y):
-    # Ties split the gradient evenly, as PyTorch does.
-    half = g * 0.5
-    return (where(x > y, g, where(equal(x, y), half, 0)),
-            where(y > x, g, where(equal(x, y), half, 0)))
-
-
-def _minimum_vjp(g, out, x, y):
-    half = g * 0.5
-    return (where(x < y, g, where(equal(x, y), half, 0)),
-            where(y < x, g, where(equal(x, y), half, 0)))
-
-
-# Not COMMUTATIVE: of two equal values numpy returns the second, so maximum(-0.0, 0.0) is 0.0 and
-# maximum(0.0, -0.0) is -0.0 (and of two NaNs, the first one's payload).
-_def("maximum", np.maximum, _maximum_vjp)
-_def("minimum", np.minimum, _minimum_vjp)
-maximum, minimum = _binary("maximum"), _binary("minimum")
+def _where_fast(node, plan):
+    """where(cond, x, +0.0) over float values a plan keeps in workspace buffers of one shape and dtype (a
+    ReLU gradient): where_else_zero, without where_kernel's per-call checks."""
+    cond, x, y = node.inputs
+    value = plan.fixed_scalar(y)
+    if value is None or value != 0.0 or math.copysign(1.0, value) < 0:
+        return None
+    slots = [plan.slot(i) for i in (cond, x, node.id)]
+    if None in slots:
+        return None
+    (c_shape, _), (x_shape, x_dtype), (shape, dtype) = slots
+    if not (c_shape == x_shape == shape and x_dtype == dtype and float_with_ints(dtype)):
+        return None
+    return where_else_zero if plan.dtype(cond) == np.bool_ else None
 
 
 def _where_spec(inputs):
-    from .registry import broadcast_shapes
     cond, x, y = inputs
     return broadcast_shapes(cond.shape, x.shape, y.shape), np.result_type(x.dtype, y.dtype)
 
@@ -246,9 +199,12 @@ def _where_vjp(g, out, cond, x, y):
     return None, where(cond, g, 0), where(cond, 0, g)
 
 
-defop("where", where_kernel, _where_spec, _where_vjp, ELEMENTWISE)
+_WHERE = defop("where", where_kernel, _where_spec, _where_vjp, ELEMENTWISE | OUT | INPLACE,
+               scalar="({1} if {0} else {2})", scalar_kinds=(("b", "f", "f"), "f"), fast_kernel=_where_fast,
+               torch=lambda T, c, x, y: T.where(c, x, y))
 
 
+@_WHERE.publish
 def where(cond, x, y):
     """``x`` where ``cond`` holds, else ``y`` (numpy.where with three arguments)."""
     x, y = coerce(x, y)
@@ -258,6 +214,7 @@ def where(cond, x, y):
     return apply("where", (cond, x, y))
 
 
+# ------------------------------------------------------------------ clip
 def _clip_vjp(g, out, x, lo, hi):
     # numpy's clip is minimum(maximum(x, lo), hi): where lo > hi every result is hi, whatever x is.
     inside = logical_and(x >= lo, x <= hi)
@@ -272,12 +229,12 @@ def _clip_kernel(x, lo, hi):
 
 
 def _clip_spec(inputs):
-    from .registry import broadcast_shapes
     x, lo, hi = inputs
     return broadcast_shapes(x.shape, lo.shape, hi.shape), kernel_dtype(_clip_kernel, (x.dtype, lo.dtype, hi.dtype))
 
 
-defop("clip", _clip_kernel, _clip_spec, _clip_vjp, ELEMENTWISE)
+_CLIP = defop("clip", _clip_kernel, _clip_spec, _clip_vjp, ELEMENTWISE, scalar="minimum(maximum({0}, {1}), {2})",
+              torch=lambda T, x, lo, hi: T.minimum(T.maximum(x, lo), hi))
 
 
 def _unbounded(dtype, side):
@@ -288,6 +245,7 @@ def _unbounded(dtype, side):
     return side * np.inf
 
 
+@_CLIP.publish
 def clip(x, a_min, a_max):
     """Limit ``x`` to [a_min, a_max] (either may be None, as in numpy); the gradient passes where
     a_min <= x <= a_max."""
@@ -300,13 +258,20 @@ def clip(x, a_min, a_max):
     return apply("clip", (x, a_min, a_max))
 
 
-# ------------------------------------------------------------------ comparisons (not differentiable)
-for _name, _kernel in [("less", np.less), ("less_equal", np.less_equal), ("greater", np.greater),
-                       ("greater_equal", np.greater_equal), ("equal", np.equal),
-                       ("not_equal", np.not_equal), ("logical_and", np.logical_and),
-                       ("logical_or", np.logical_or)]:
-    _def(_name, _kernel, None)
-less, less_equal, greater, greater_equal = (_binary("less"), _binary("less_equal"), _binary("greater"),
-                                            _binary("greater_equal"))
-equal, not_equal, logical_and, logical_or = (_binary("equal"), _binary("not_equal"), _binary("logical_and"),
-                                             _binary("logical_or"))
+# ------------------------------------------------------------------ comparisons and logic (not differentiable)
+def _comparison(name, kernel, symbol, torch_name):
+    return binary(elementwise(name, kernel, None, scalar=f"({{0}} {symbol} {{1}})", scalar_kinds=(("f",), "b"),
+                              torch=lambda T, x, y: getattr(T, torch_name)(x, y)))
+
+
+less = _comparison("less", np.less, "<", "lt")
+less_equal = _comparison("less_equal", np.less_equal, "<=", "le")
+greater = _comparison("greater", np.greater, ">", "gt")
+greater_equal = _comparison("greater_equal", np.greater_equal, ">=", "ge")
+equal = _comparison("equal", np.equal, "==", "eq")
+not_equal = _comparison("not_equal", np.not_equal, "!=", "ne")
+# (on Python bools ``and`` and ``or`` give bools: the scalar path takes only those)
+logical_and = binary(elementwise("logical_and", np.logical_and, None, scalar="({0} and {1})",
+                                 scalar_kinds=(("b",), "b"), torch=lambda T, x, y: T.logical_and(x, y)))
+logical_or = binary(elementwise("logical_or", np.logical_or, None, scalar="({0} or {1})",
+                                scalar_kinds=(("b",), "b"), torch=lambda T, x, y: T.logical_or(x, y)))

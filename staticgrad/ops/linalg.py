@@ -1,11 +1,13 @@
 """Matrix product, with numpy.matmul's rules for 1-D operands and broadcast batch axes."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..tensor import ShapeError, format_shape
 from .reduce import expand_dims, squeeze
-from .registry import apply, broadcast_shapes, coerce, defop
+from .registry import C_ORDER, OUT, apply, broadcast_shapes, coerce, defop
 from .shape import swap_last
 
 
@@ -63,10 +65,45 @@ def matmul_kernel(a, b, out=None):
     return np.matmul(a, b, out=out)
 
 
-matmul_kernel.accepts_out = True
-defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp)
+def _matmul_fast(node, plan):
+    """numpy's own matmul where no operand can be a broadcast view: matmul_kernel's check is not needed."""
+    return None if any(plan.may_broadcast(j) for j in node.inputs) else np.matmul
 
 
+def _matmul_flops(node, shapes) -> int:
+    a = shapes[node.inputs[0]]
+    return 2 * math.prod(shapes[node.id]) * (a[-1] if a else 1)
+
+
+def _matmul_terms(node, shapes) -> int:
+    """The scalar path's products: one per output element and inner index."""
+    return math.prod(shapes[node.id]) * math.prod(shapes[node.inputs[0]][-1:])
+
+
+def _matmul_scalar(em, node, ins, shape):
+    """Sums of products, from 0.0 as BLAS accumulates (products that are all -0.0 sum to +0.0). BLAS's fused
+    multiply-adds can still make the last bit differ: the first call checks the plan against numpy."""
+    a, b = ins
+    a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape + (1,)) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = np.broadcast_to(a2, batch + a2.shape[-2:])
+    b2 = np.broadcast_to(b2, batch + b2.shape[-2:])
+    out = np.empty(batch + (a2.shape[-2], b2.shape[-1]), dtype=object)
+    for idx in np.ndindex(out.shape):
+        *bi, i, j = idx
+        bi = tuple(bi)
+        terms = [f"{a2[bi + (i, k)]} * {b2[bi + (k, j)]}" for k in range(a2.shape[-1])]
+        out[idx] = em.assign("0.0 + " + " + ".join(terms) if terms else "0.0")
+    return out.reshape(shape)
+
+
+_MATMUL = defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp, OUT | C_ORDER, core_axes=2, flops=_matmul_flops,
+                fast_kernel=_matmul_fast, scalar_rule=_matmul_scalar,
+                scalar_work=_matmul_terms, torch=lambda T, a, b: T.matmul(a, b))
+
+
+@_MATMUL.publish
 def matmul(a, b):
     """numpy.matmul (the ``@`` operator)."""
     a, b = coerce(a, b)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ..tensor import Tensor
-from . import elementwise as ew
-from . import linalg, reduce, shape
+from . import elementary, elementwise, linalg, powers, reduce, shape
 
 
 def _swap(fn):
@@ -11,19 +10,20 @@ def _swap(fn):
 
 
 METHODS = {
-    "__add__": ew.add, "__radd__": _swap(ew.add),
-    "__sub__": ew.sub, "__rsub__": _swap(ew.sub),
-    "__mul__": ew.mul, "__rmul__": _swap(ew.mul),
-    "__truediv__": ew.div, "__rtruediv__": _swap(ew.div),
-    "__pow__": ew.pow, "__rpow__": _swap(ew.pow),
+    "__add__": elementwise.add, "__radd__": _swap(elementwise.add),
+    "__sub__": elementwise.sub, "__rsub__": _swap(elementwise.sub),
+    "__mul__": elementwise.mul, "__rmul__": _swap(elementwise.mul),
+    "__truediv__": elementwise.div, "__rtruediv__": _swap(elementwise.div),
+    "__pow__": powers.pow, "__rpow__": _swap(powers.pow),
     "__matmul__": linalg.matmul, "__rmatmul__": _swap(linalg.matmul),
-    "__neg__": ew.neg, "__pos__": lambda self: self, "__abs__": ew.abs,
-    "__lt__": ew.less, "__le__": ew.less_equal, "__gt__": ew.greater, "__ge__": ew.greater_equal,
-    "__eq__": lambda self, other: _compare(ew.equal, self, other),
-    "__ne__": lambda self, other: _compare(ew.not_equal, self, other),
+    "__neg__": elementwise.neg, "__pos__": lambda self: self, "__abs__": elementary.abs,
+    "__lt__": elementwise.less, "__le__": elementwise.less_equal, "__gt__": elementwise.greater,
+    "__ge__": elementwise.greater_equal,
+    "__eq__": lambda self, other: _compare(elementwise.equal, self, other),
+    "__ne__": lambda self, other: _compare(elementwise.not_equal, self, other),
     "__getitem__": shape.getitem,
     "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min,
-    "reshape": shape.reshape, "astype": ew.cast,
+    "reshape": shape.reshape, "astype": elementwise.cast,
 }
 
 

@@ -6,10 +6,11 @@ import functools
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape, user_frame
-from .elementwise import as_float, exp
-from .reduce import _logsumexp_kernel, sum
-from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, defpair, kernel_dtype
+from ..tensor import ShapeError, constant, format_shape, user_frame
+from .elementary import exp
+from .elementwise import as_float
+from .reduce import _logsumexp_kernel, rowwise_scalar, sum
+from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype
 from .shape import op_axes
 
 
@@ -36,16 +37,28 @@ def _log_softmax_vjp(g, out, x, axis):
     return (g - exp(out) * sum(g, axis=axis, keepdims=True),)
 
 
-defop("softmax", _softmax_kernel, _float_spec, _softmax_vjp)
-defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softmax_vjp)
+def _torch_along(name):
+    def run(T, x, axis):
+        if len(axis) != 1:
+            raise NotImplementedError(f"{name} over several axes has no torch twin")
+        return getattr(T, name)(x, dim=axis[0])
+    return run
 
 
+_SOFTMAX = defop("softmax", _softmax_kernel, _float_spec, _softmax_vjp, flops=8, scalar_rule=rowwise_scalar("softmax"),
+                 torch=_torch_along("softmax"))
+_LOG_SOFTMAX = defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softmax_vjp, flops=8,
+                     scalar_rule=rowwise_scalar("log_softmax"), torch=_torch_along("log_softmax"))
+
+
+@_SOFTMAX.publish
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along ``axis``, computed without overflow."""
     (x,) = coerce(x)
     return apply("softmax", (as_float(x),), {"axis": op_axes("softmax", axis, x.ndim)})
 
 
+@_LOG_SOFTMAX.publish
 def log_softmax(x, axis=-1):
     """x - logsumexp(x) along ``axis``."""
     (x,) = coerce(x)
@@ -68,10 +81,23 @@ def _one_hot_kernel(labels, ref):
     return (labels[..., None] == np.arange(ref.shape[-1])).astype(ref.dtype)
 
 
-defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
-      None, NONDIFF | SHAPE_REF, doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
+def _one_hot_scalar(em, node, ins, shape):
+    labels, ref = ins
+    depth = ref.shape[-1]
+    out = np.empty(labels.shape + (depth,), dtype=object)
+    for idx in np.ndindex(labels.shape):
+        em.check_label(labels[idx], depth)
+        for c in range(depth):
+            out[idx + (c,)] = em.assign(f"(1.0 if {labels[idx]} == {c} else 0.0)")
+    return out
 
 
+_ONE_HOT = defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
+                 None, NONDIFF | SHAPE_REF, scalar_rule=_one_hot_scalar, scalar_kinds=(("iu", "f"), "f"),
+                 doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
+
+
+@_ONE_HOT.publish
 def one_hot(labels, like):
     """Rows of the identity for integer ``labels``, as many classes as ``like``'s last axis, in like's dtype."""
     (labels,) = coerce(labels)
@@ -174,20 +200,46 @@ def _sce_grad_vjp(g, out, logits, labels):
     if None in labels.shape:
         n = apply("size", (labels,), {"axis": tuple(range(labels.ndim)), "dtype": logits.dtype})
     else:
-        from ..tensor import constant
         n = constant(max(int(np.prod(labels.shape)), 1), dtype=logits.dtype)
     probs = softmax(logits, axis=-1)
     return probs * (g - sum(g * probs, axis=-1, keepdims=True)) / n, None
 
 
-defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp)
-defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
-      _sce_grad_vjp, doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
+def _sce_scalar(em, node, ins, shape):
+    """As the kernel: each row's exp(z - m) summed in numpy's order, then the rows' losses added with
+    np.add.reduce's order, so the bits are the kernel's."""
+    logits, labels = ins
+    rows, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    add_row = em.adder(rows.shape, (1,))
+    totals, maxima, picked = [], [], []
+    for row, label in zip(rows, labels):
+        em.check_label(label, len(row))
+        m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
+        m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")     # an infinite max must not make nan
+        exps = em.numpy("exp", [f"{v} - {m}" for v in row])
+        totals.append(em.assign(f"0.0 + {add_row(exps)}"))
+        maxima.append(m)
+        picked.append(em.assign(f"({', '.join(row)},)[{label}]"))
+    logs = em.numpy("log", totals)
+    terms = [em.assign(f"{log} + {m} - {p}") for log, m, p in zip(logs, maxima, picked)]
+    add = em.adder((len(terms),), (0,))
+    return np.array(em.assign(f"(0.0 + {add(terms)}) / {float(len(terms))!r}"), dtype=object)
 
 
-defpair("softmax_cross_entropy", "softmax_cross_entropy_grad", _sce_pair_kernel)
+def _sce_torch(T, logits, labels):
+    return T.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+_SCE = defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp, flops=10, scalar_rule=_sce_scalar,
+             scalar_kinds=(("f", "iu"), "f"), paired={"softmax_cross_entropy_grad": _sce_pair_kernel},
+             torch=_sce_torch)
+_SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
+                  _sce_grad_vjp, unsupported={"scalar": "no scalar form yet (plans of a whole training step pair it "
+                                                        "with the loss in one kernel)"},
+                  doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
+
+
+@_SCE_GRAD.publish
 def softmax_cross_entropy_grad(logits, labels):
     """(softmax(logits) - one_hot(labels)) / N, N the number of labels: the gradient of
     softmax_cross_entropy(logits, labels) with respect to the logits, in one pass."""
@@ -198,6 +250,7 @@ def softmax_cross_entropy_grad(logits, labels):
     return apply("softmax_cross_entropy_grad", (logits, labels))
 
 
+@_SCE.publish
 def softmax_cross_entropy(logits, labels):
     """Mean over the batch of -log softmax(logits)[label]; ``labels`` are integer classes."""
     (logits,) = coerce(logits)

@@ -1,12 +1,16 @@
-"""Reductions (sum, mean, max, min, logsumexp) and the broadcasts their gradients need."""
+"""Reductions (sum, mean, max, min, logsumexp, argmax, argmin) and the broadcasts their gradients need."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape, user_frame
-from .elementwise import as_float, cast, equal, exp
-from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, kernel_dtype
-from .shape import op_axes
+from ..tensor import ShapeError, constant, format_shape, user_frame
+from .elementwise import as_float, cast, equal
+from .elementary import exp
+from .registry import (BROADCAST, LAYOUT, NONDIFF, OUT, REARRANGES, SHAPE_ONLY, SHAPE_OF_REF, SHAPE_REF, VIEW,
+                       apply, broadcast_shapes, coerce, defop, kernel_dtype)
+from .shape import SPECIALIZED, identity_of, op_axes
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -20,6 +24,11 @@ def _reduce_spec(kernel):
         (x,) = inputs
         return reduced_shape(x.shape, axis, keepdims), kernel_dtype(kernel, (x.dtype,))
     return infer
+
+
+def input_flops(node, shapes) -> int:
+    """A reduction reads every element of its input once."""
+    return math.prod(shapes[node.inputs[0]])
 
 
 def expand_reduced(g, axes, keepdims):
@@ -45,11 +54,11 @@ def count(x, axes, dtype=None):
     if dtype is None:
         dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
     if None not in dims:
-        from ..tensor import constant
         return constant(float(np.prod(dims, dtype=np.float64)), dtype=dtype)
     return apply("size", (x,), {"axis": axes, "dtype": dtype})
 
 
+# ------------------------------------------------------------------ sum, mean, max, min
 def _sum_vjp(g, out, x, axis, keepdims):
     return (broadcast_back(expand_reduced(g, axis, keepdims), x),)
 
@@ -75,6 +84,43 @@ def _mean_kernel(x, axis, keepdims):
     return np.mean(x, axis=axis, keepdims=keepdims)
 
 
+def _summing(mean):
+    """The scalar path's sum (or mean): from 0.0, as numpy's reduction starts (so -0.0 terms sum to +0.0),
+    in numpy's order of additions."""
+    def rule(em, node, ins, shape):
+        (x,), axes = ins, node.attrs["axis"]
+        add = em.adder(x.shape, axes)
+        moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+        kept = moved.shape[:x.ndim - len(axes)]
+        n = math.prod(moved.shape[len(kept):])
+        rows = moved.reshape(kept + (n,))
+        out = np.empty(kept, dtype=object)
+        for idx in np.ndindex(kept):
+            total = f"0.0 + {add(list(rows[idx]))}" if n else "0.0"
+            out[idx] = em.assign(f"({total}) / {float(n)!r}" if mean else total)
+        return np.expand_dims(out, axes) if node.attrs["keepdims"] else out
+    return rule
+
+
+def _torch_reduction(name):
+    def run(T, x, axis, keepdims):
+        return getattr(T, name)(x, dim=axis, keepdim=keepdims) if axis else x
+    return run
+
+
+_EXTREMUM_IN_SCALAR = "no scalar form yet: Python's max and min do not propagate NaN as numpy's do"
+# The ufuncs' own reduce: what np.sum/np.max/np.min call, without their Python wrappers (3 µs a call).
+_SUM = defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp, OUT, flops=input_flops,
+             scalar_rule=_summing(False), torch=_torch_reduction("sum"))
+_MEAN = defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp, flops=input_flops,
+              scalar_rule=_summing(True), torch=_torch_reduction("mean"))
+_MAX = defop("max", np.maximum.reduce, _reduce_spec(np.max), _extremum_vjp, OUT, flops=input_flops,
+             unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amax"))
+_MIN = defop("min", np.minimum.reduce, _reduce_spec(np.min), _extremum_vjp, OUT, flops=input_flops,
+             unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amin"))
+
+
+# ------------------------------------------------------------------ logsumexp and the row-wise normalizers
 def _logsumexp_kernel(x, axis, keepdims):
     m = np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf)    # over nothing: log(0) = -inf
     m = np.where(np.isfinite(m), m, 0)
@@ -87,31 +133,92 @@ def _logsumexp_vjp(g, out, x, axis, keepdims):
     return (expand_reduced(g, axis, keepdims) * exp(x - expand_reduced(out, axis, keepdims)),)
 
 
-# The ufuncs' own reduce: what np.sum/np.max/np.min call, without their Python wrappers (3 µs a call).
-defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp)
-defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp)
-defop("max", np.maximum.reduce, _reduce_spec(np.max), _extremum_vjp)
-defop("min", np.minimum.reduce, _reduce_spec(np.min), _extremum_vjp)
-defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsumexp_vjp)
+def rowwise_scalar(kind):
+    """The scalar path's softmax, log_softmax or logsumexp (``kind``) along one axis, step for step as
+    their kernels: the row's max (made 0 where infinite, except in softmax, as the kernels do), numpy's
+    exp of the differences, their sum in numpy's order, then the division or numpy's log."""
+    def rule(em, node, ins, shape):
+        (x,), axes = ins, node.attrs["axis"]
+        if len(axes) != 1:
+            em.refuse(f"{kind} over several axes")
+        (axis,) = axes
+        add = em.adder(x.shape, axes)
+        moved = np.moveaxis(x, axis, -1)
+        out = np.empty(moved.shape if kind != "logsumexp" else moved.shape[:-1], dtype=object)
+        for idx in np.ndindex(moved.shape[:-1]):
+            row = moved[idx]
+            m = em.assign(f"max({', '.join(row)})") if len(row) > 1 else row[0]
+            if kind != "softmax":
+                m = em.assign(f"({m} if {m} - {m} == 0.0 else 0.0)")
+            exps = em.numpy("exp", [f"{v} - {m}" for v in row])
+            total = em.assign(f"0.0 + {add(exps)}")
+            if kind == "softmax":
+                out[idx] = [em.assign(f"{e} / {total}") for e in exps]
+                continue
+            lse = em.assign(f"{em.one('log', total)} + {m}")
+            out[idx] = [em.assign(f"{v} - {lse}") for v in row] if kind == "log_softmax" else lse
+        if kind == "logsumexp":
+            return np.expand_dims(out, axis) if node.attrs["keepdims"] else out.reshape(shape)
+        return np.moveaxis(out, -1, axis)
+    return rule
 
 
-def _reduction(name):
+_LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsumexp_vjp, flops=8,
+                   scalar_rule=rowwise_scalar("logsumexp"), torch=_torch_reduction("logsumexp"))
+
+
+def _reduction(opdef):
+    name = opdef.name
+
     def fn(x, axis=None, keepdims=False):
         (x,) = coerce(x)
         axes = op_axes(name, axis, x.ndim)
-        if name in ("max", "min") and any(x.shape[a] == 0 for a in axes):
-            raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name} "
-                             f"(at {user_frame()})")
-        if name == "logsumexp":
+        if opdef is _MAX or opdef is _MIN:
+            _nonempty(name, x, axes)
+        if opdef is _LOGSUMEXP:
             x = as_float(x)
         return apply(name, (x,), {"axis": axes, "keepdims": bool(keepdims)})
-    fn.__name__ = name
     fn.__doc__ = f"numpy.{name} over ``axis`` (None: all axes)."
-    return fn
+    return opdef.publish(fn)
 
 
-sum, mean, max, min, logsumexp = (_reduction("sum"), _reduction("mean"), _reduction("max"), _reduction("min"),
-                                  _reduction("logsumexp"))
+def _nonempty(name, x, axes):
+    if any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name.removeprefix('arg')} "
+                         f"(at {user_frame()})")
+
+
+sum, mean, max, min, logsumexp = (_reduction(_SUM), _reduction(_MEAN), _reduction(_MAX), _reduction(_MIN),
+                                  _reduction(_LOGSUMEXP))
+
+
+# ------------------------------------------------------------------ argmax, argmin
+def _arg_spec(inputs, axis, keepdims):
+    (x,) = inputs
+    axes = tuple(range(x.ndim)) if axis is None else (axis,)
+    return reduced_shape(x.shape, axes, keepdims), np.dtype(np.intp)
+
+
+def _arg_op(name, kernel, torch_name):
+    def run(x, axis, keepdims):
+        return kernel(x, axis=axis, keepdims=keepdims)
+    opdef = defop(name, run, _arg_spec, None, flops=input_flops,
+                  unsupported={"scalar": "its result is an integer index; the scalar path computes floats"},
+                  torch=lambda T, x, axis, keepdims: getattr(T, torch_name)(x, dim=axis, keepdim=keepdims))
+
+    def fn(x, axis=None, keepdims=False):
+        (x,) = coerce(x)
+        if axis is not None:
+            (axis,) = op_axes(name, axis, x.ndim)
+        _nonempty(name, x, tuple(range(x.ndim)) if axis is None else (axis,))
+        return apply(name, (x,), {"axis": axis, "keepdims": bool(keepdims)})
+    fn.__doc__ = (f"numpy.{name}: the index of the {name[3:]} along ``axis`` (None: of the flattened tensor), "
+                  f"as an integer tensor; not differentiable.")
+    return opdef.publish(fn)
+
+
+argmax = _arg_op("argmax", np.argmax, "argmax")
+argmin = _arg_op("argmin", np.argmin, "argmin")
 
 
 # ------------------------------------------------------------------ shape-driven helpers for gradients
@@ -122,10 +229,11 @@ def _size_kernel(x, axis, dtype):
     return np.asarray(n, dtype=dtype)
 
 
-defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), None, NONDIFF,
-      doc="number of elements of x over axis (runtime shape)")
+_SIZE = defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), None, SHAPE_ONLY,
+              unsupported={"scalar": SPECIALIZED}, doc="number of elements of x over axis (runtime shape)")
 
 
+@_SIZE.publish
 def size(x, axis=None, dtype=np.int64):
     """How many elements of ``x`` lie along ``axis`` (None: all of them), as a 0-d tensor of ``dtype``:
     numpy.size, read from the run-time shape where the static one has None."""
@@ -137,7 +245,6 @@ def size(x, axis=None, dtype=np.int64):
 
 
 def _broadcast_to_spec(inputs, shape):
-    from .registry import broadcast_shapes
     (x,) = inputs
     if broadcast_shapes(x.shape, shape) != tuple(shape):
         raise ShapeError(f"cannot broadcast {format_shape(x.shape)} to {format_shape(shape)}")
@@ -145,7 +252,6 @@ def _broadcast_to_spec(inputs, shape):
 
 
 def _broadcast_like_spec(inputs):
-    from .registry import broadcast_shapes
     x, ref = inputs
     both = broadcast_shapes(x.shape, ref.shape)
     # The result always has ref's shape: where ref's size is static, so is the result's.
@@ -156,19 +262,30 @@ def _broadcast_like_kernel(x, ref):
     return np.broadcast_to(x, ref.shape)
 
 
+def _broadcast_like_specialize(node, shapes, nodes):
+    if tuple(shapes[node.inputs[0]]) == tuple(shapes[node.id]):      # nothing to stretch at these sizes
+        return identity_of(node)
+    return node.copy(op="broadcast_to", inputs=node.inputs[:1], attrs={"shape": tuple(shapes[node.id])})
+
+
 # The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back.
-defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,), VIEW)
-defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec, lambda g, out, x, ref: (g, None),
-      VIEW | SHAPE_REF)
+_BROADCAST_TO = defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,),
+                      VIEW | BROADCAST | REARRANGES, torch=lambda T, x, shape: x.expand(shape))
+_BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec, lambda g, out, x, ref: (g, None),
+                        VIEW | SHAPE_REF | BROADCAST | SHAPE_OF_REF, specialize=_broadcast_like_specialize,
+                        unsupported={"scalar": SPECIALIZED}, torch=lambda T, x, ref: x.expand(ref.shape))
 
 
+@_BROADCAST_LIKE.publish
 def broadcast_like(x, like):
     """``x`` broadcast to ``like``'s shape, read at run time (numpy's rules; the result is a view)."""
     x, like = coerce(x, like)
     return apply("broadcast_like", (x, like))
 
 
+@_BROADCAST_TO.publish
 def broadcast_to(x, shape):
+    """numpy.broadcast_to (a view)."""
     (x,) = coerce(x)
     return apply("broadcast_to", (x,), {"shape": tuple(int(d) for d in shape)})
 
@@ -193,10 +310,25 @@ def _squeeze_kernel(x, axis):
     return np.squeeze(x, axis=axis)
 
 
-defop("expand_dims", np.expand_dims, _expand_dims_spec, lambda g, out, x, axis: (squeeze(g, axis),), VIEW)
-defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand_dims(g, axis),), VIEW)
+def _torch_unsqueeze(T, x, axis):
+    for a in axis:
+        x = x.unsqueeze(a)
+    return x
 
 
+def _torch_squeeze(T, x, axis):
+    for a in sorted(axis, reverse=True):
+        x = x.squeeze(a)
+    return x
+
+
+_EXPAND_DIMS = defop("expand_dims", np.expand_dims, _expand_dims_spec, lambda g, out, x, axis: (squeeze(g, axis),),
+                     VIEW | LAYOUT | REARRANGES, torch=_torch_unsqueeze)
+_SQUEEZE = defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand_dims(g, axis),),
+                 VIEW | LAYOUT | REARRANGES, torch=_torch_squeeze)
+
+
+@_EXPAND_DIMS.publish
 def expand_dims(x, axis):
     """Insert size-1 axes at ``axis`` (positions in the result, like numpy.expand_dims)."""
     (x,) = coerce(x)
@@ -204,10 +336,11 @@ def expand_dims(x, axis):
     return apply("expand_dims", (x,), {"axis": axes})
 
 
+@_SQUEEZE.publish
 def squeeze(x, axis):
+    """numpy.squeeze of the size-1 axes ``axis``."""
     (x,) = coerce(x)
     return apply("squeeze", (x,), {"axis": op_axes("squeeze", axis, x.ndim)})
-
 
 
 # ------------------------------------------------------------------ reducing to a shape known at run time
@@ -228,23 +361,29 @@ def _sum_like_kernel(g, ref):
     return g
 
 
-def _sum_like_spec(inputs):
-    g, ref = inputs
-    return ref.shape, g.dtype
+def _sum_like_specialize(node, shapes, nodes):
+    lead, kept = unstretched_axes(shapes[node.inputs[0]], shapes[node.inputs[1]])
+    if not lead and not kept:        # nothing was stretched at these sizes: the gradient passes as is
+        return identity_of(node)
+    if not (lead and kept) and node.dtype.kind in "fc":
+        # the one np.sum the kernel would make, with the axes known now: the reference is not read
+        # (integers are left alone: np.sum widens them, sum_like keeps g's dtype)
+        return node.copy(op="sum", inputs=node.inputs[:1], attrs={"axis": lead or kept, "keepdims": not lead})
+    return node
 
 
-def _sum_like_vjp(g, out, gin, ref):
-    return apply("broadcast_like", (g, gin)), None
+_SUM_LIKE = defop("sum_like", _sum_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+                  lambda g, out, gin, ref: (apply("broadcast_like", (g, gin)), None), SHAPE_REF | SHAPE_OF_REF,
+                  specialize=_sum_like_specialize,
+                  unsupported={"scalar": "a sum over both leading and stretched axes has no scalar form yet; "
+                                         "plans turn the others into a sum or nothing"},
+                  doc="sum g over the axes along which ref was broadcast, found from ref's run-time shape")
 
 
-defop("sum_like", _sum_like_kernel, _sum_like_spec, _sum_like_vjp, SHAPE_REF,
-      doc="sum g over the axes along which ref was broadcast, found from ref's run-time shape")
-
-
+@_SUM_LIKE.publish
 def sum_like(x, like):
     """``x`` summed back to ``like``'s shape: over the axes that broadcasting ``like`` to x's shape adds or
     stretches, found from the run-time shapes (the gradient of broadcast_like)."""
-    from .registry import broadcast_shapes
     x, like = coerce(x, like)
     if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
         raise ShapeError(f"sum_like: {format_shape(like.shape)} does not broadcast to {format_shape(x.shape)} "

@@ -1,10 +1,14 @@
-"""The op registry: one :class:`OpDef` per op holds its numpy kernel, shape/dtype rule and VJP rule.
+"""The op registry: one :class:`OpDef` per op holds every fact about it.
 
-``apply`` is the single door through which every op result is made, symbolic or eager.
+Passes, autodiff, eager mode, the lowering wing, pictures, save/load and the study ask an op's OpDef
+what they need (its kernel, shape rule, VJP, per-element template, cost, flags, hooks); none of them
+keeps a list of op names. ``apply`` is the single door through which every op result is made, symbolic
+or eager.
 """
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import operator
 import warnings
@@ -13,17 +17,27 @@ import numpy as np
 
 from ..tensor import ShapeError, Tensor, constant, format_shape, user_frame
 
-ELEMENTWISE = 1      # output[i] depends only on inputs[i] (after broadcasting)
-COMMUTATIVE = 2      # f(a, b) == f(b, a)
-VIEW = 4             # the kernel may return a view of its first input (never write into it)
-NONDIFF = 8          # no gradient flows through (comparisons, labels, shapes)
-SHAPE_REF = 16       # inputs after the first are read only for their runtime shape
+# ------------------------------------------------------------------ flags: what an op is
+ELEMENTWISE = 1 << 0    # output[i] depends only on inputs[i] (after broadcasting)
+COMMUTATIVE = 1 << 1    # f(a, b) == f(b, a)
+VIEW = 1 << 2           # the kernel may return a view of its first input (never write into it)
+NONDIFF = 1 << 3        # no gradient flows through (comparisons, labels, shapes)
+SHAPE_REF = 1 << 4      # inputs after the first are read only for their run-time shape
+SHAPE_ONLY = 1 << 5     # every input is read only for its shape
+SHAPE_OF_REF = 1 << 6   # the result has the run-time shape of its last input
+OUT = 1 << 7            # the kernel takes ``out=``: a plan may hand it a workspace buffer
+INPLACE = 1 << 8        # one pass over the elements: ``out`` may be one of its own operands
+LAYOUT = 1 << 9         # one input whose elements are only moved (reshape, transpose, ...)
+REARRANGES = 1 << 10    # the kernel only moves elements: it runs on arrays of anything (symbolic atoms too)
+BROADCAST = 1 << 11     # the result may be a broadcast view (a step of 0 along some axis)
+C_ORDER = 1 << 12       # a fresh C-ordered result whatever the layout of its operands
+IDENTITY = 1 << 13      # returns its input unchanged at run time
 
-REGISTRY: dict[str, "OpDef"] = {}
+# The ways a plan can run an op besides calling its numpy kernel: as Python scalar code (tiny float64
+# plans) and inside a fused numba loop. An op either supports each or says in its OpDef why not.
+BACKENDS = ("scalar", "numba")
 
-# Kernels computing two ops on the same inputs in one pass, (op_a, op_b) -> kernel returning (a, b); the
-# code generator calls one where a plan has both (a training step needs a loss and its gradient).
-PAIRED: dict[tuple[str, str], object] = {}
+REGISTRY: dict[str, OpDef] = {}
 
 # Set by staticgrad.eager: called as hook(opdef, inputs, attrs) when any input is an eager tensor
 # (one whose class says ``_eager = True``).
@@ -31,32 +45,109 @@ EAGER_HOOK = None
 
 
 class OpDef:
-    """Everything about one op. ``vjp(g, out, *inputs, **attrs)`` returns one gradient (or None) per input,
-    written with staticgrad ops so that the backward graph is an ordinary graph."""
+    """Everything about one op.
 
-    __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc")
+    ``kernel(*values, **attrs)`` computes it with numpy; ``infer(inputs, **attrs) -> (shape, dtype)`` is its
+    static rule; ``vjp(g, out, *inputs, **attrs)`` returns one gradient (or None) per input, written with
+    staticgrad ops so that the backward graph is an ordinary graph. The other facts:
 
-    def __init__(self, name, kernel, infer, vjp, flags=0, doc=""):
+    - ``scalar``: one element of the result as a Python expression over the operands' elements ``{0}``,
+      ``{1}``, ``{2}``, in the vocabulary of ``lower/scalar_math`` (its helpers, numpy's ufunc names such
+      as ``exp``, and Python's ``abs``/``float``); or ``fn(node, shapes, nodes)`` giving that expression, or
+      None, for a node of known sizes. The scalar path and the numba backend both compute from it.
+    - ``scalar_rule(em, node, atoms, shape)``: how the scalar path computes a non-elementwise op from the
+      symbolic elements of its inputs, writing statements through the emitter ``em``.
+    - ``scalar_kinds``: (the dtype kinds each input may have in scalar code, the last repeating; the kinds
+      its result may have): Python's ints and bools do not wrap or add as numpy's do.
+    - ``scalar_work(node, shapes)``: the scalar statements it becomes, when not one per output element.
+    - ``flops``: floating-point operations per output element, or ``fn(node, shapes)``.
+    - ``specialize(node, shapes, nodes)``: the node rewritten once a plan knows every size.
+    - ``fast_kernel(node, plan)``: a cheaper kernel a plan may call where it knows more, or None.
+    - ``permutes(attrs)``: whether the result's axes may lie reordered in memory.
+    - ``paired``: {other op: kernel returning both results}, for plans that need both of one input.
+    - ``core_axes``: trailing axes that take no part in broadcasting (matmul's 2); None: the inputs do
+      not broadcast against each other.
+    - ``torch(torch, *inputs, **attrs)``: the same op in PyTorch (the study's third column).
+    - ``unsupported``: {backend: why} for the backends of ``BACKENDS`` that run it as its numpy kernel.
+    - ``function``: the public function that builds it (``sg.<name>``), exported unless ``public`` is False.
+    """
+
+    __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
+                 "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
+                 "unsupported", "function", "public")
+
+    def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
+        self.scalar = self.scalar_rule = self.scalar_work = self.specialize = self.fast_kernel = None
+        self.permutes = None
+        self.torch = self.function = None
+        self.scalar_kinds = (("f",), "f")
+        self.flops = 1
+        self.paired = {}
+        self.core_axes = None
+        self.unsupported = {}
+        self.public = True
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)
+
+    def publish(self, fn):
+        """Make ``fn`` the public function that builds this op (``sg.<name>``, ``sg.ops.<name>``)."""
+        fn.__name__ = fn.__qualname__ = self.name
+        if not fn.__doc__:
+            fn.__doc__ = self.doc or f"numpy.{self.name}, elementwise."
+        self.function = fn
+        return fn
+
+    def template(self, node=None, shapes=None, nodes=None):
+        """The per-element expression of this op (for ``node`` at these sizes), or None."""
+        if callable(self.scalar):
+            return self.scalar(node, shapes, nodes) if node is not None else None
+        return self.scalar
+
+    def cost(self, node, shapes) -> int:
+        """Floating-point operations of ``node`` at these sizes (matmul exact, the rest per element)."""
+        if callable(self.flops):
+            return self.flops(node, shapes)
+        return math.prod(shapes[node.id]) * self.flops
 
     def __repr__(self):
         return f"<op {self.name}>"
 
 
-def defop(name, kernel, infer, vjp=None, flags=0, doc=""):
+def is_a(node, flag) -> bool:
+    """Whether a tensor or IR node is made by an op with ``flag`` (a leaf is made by none)."""
+    opdef = REGISTRY.get(node.op)
+    return opdef is not None and opdef.has(flag)
+
+
+def defop(name, kernel, infer, vjp=None, flags=0, doc="", **facts) -> OpDef:
+    """Register op ``name``; ``facts`` set the OpDef's other fields (see :class:`OpDef`).
+
+    Derived unless given: no VJP means NONDIFF; an elementwise numpy ufunc takes ``out=`` and may run in
+    place; views and shape-only ops cost no FLOPs; elementwise inputs broadcast with no core axes.
+    """
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is defined twice")
     if vjp is None:
         flags |= NONDIFF
-    REGISTRY[name] = OpDef(name, kernel, infer, vjp, flags, doc)
-    return REGISTRY[name]
-
-
-def defpair(first, second, kernel):
-    PAIRED[(first, second)] = kernel
+    if flags & ELEMENTWISE and isinstance(kernel, np.ufunc) and kernel.signature is None:
+        flags |= OUT | INPLACE
+    opdef = OpDef(name, kernel, infer, vjp, flags, doc)
+    if flags & (VIEW | SHAPE_ONLY):
+        opdef.flops = 0
+    if flags & ELEMENTWISE:
+        opdef.core_axes = 0
+    if flags & REARRANGES:
+        opdef.scalar_kinds = (("biuf",), "biuf")
+    if not flags & ELEMENTWISE:
+        opdef.unsupported["numba"] = "not elementwise: the numba backend runs its numpy kernel between its loops"
+    for key, value in facts.items():
+        if key not in OpDef.__slots__ or key in ("name", "kernel", "infer", "vjp", "flags", "doc"):
+            raise TypeError(f"defop({name!r}): unknown fact {key!r}")
+        setattr(opdef, key, dict(opdef.unsupported, **value) if key == "unsupported" else value)
+    REGISTRY[name] = opdef
+    return opdef
 
 
 def apply(name, inputs, attrs=None, source=None) -> Tensor:

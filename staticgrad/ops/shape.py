@@ -4,7 +4,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import ShapeError, format_shape, user_frame
-from .registry import NONDIFF, SHAPE_REF, VIEW, apply, coerce, defop, integers, normalize_axis
+from .registry import (LAYOUT, NONDIFF, REARRANGES, SHAPE_ONLY, SHAPE_OF_REF, SHAPE_REF, VIEW, apply, coerce, defop,
+                       integers, normalize_axis)
+
+# Why an op that a plan rewrites at its concrete sizes needs no lowering of its own.
+SPECIALIZED = "rewritten into other ops once a plan knows every size"
+
+
+def identity_of(node):
+    """``node`` as the identity of its first input: what a plan makes of a shape op that changes nothing
+    at its concrete sizes (readers then read the input itself)."""
+    return node.copy(op="stop_gradient", inputs=node.inputs[:1], attrs={})
 
 
 def op_axes(op, axis, ndim):
@@ -62,17 +72,26 @@ def _reshape_like_kernel(x, ref):
     return np.reshape(x, ref.shape)
 
 
-defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW)
-defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
-      lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF)
+def _reshape_like_specialize(node, shapes, nodes):
+    return node.copy(op="reshape", inputs=node.inputs[:1], attrs={"shape": tuple(shapes[node.id])})
 
 
+_RESHAPE = defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW | LAYOUT | REARRANGES,
+                 torch=lambda T, x, shape: x.reshape(shape))
+_RESHAPE_LIKE = defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+                      lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF | SHAPE_OF_REF,
+                      specialize=_reshape_like_specialize, unsupported={"scalar": SPECIALIZED},
+                      torch=lambda T, x, ref: x.reshape(ref.shape))
+
+
+@_RESHAPE_LIKE.publish
 def reshape_like(x, like):
     """``x`` reshaped to ``like``'s shape, read at run time."""
     x, like = coerce(x, like)
     return apply("reshape_like", (x, like))
 
 
+@_RESHAPE.publish
 def reshape(x, *shape):
     """numpy.reshape; one entry may be -1. ``x.reshape(2, 3)`` and ``reshape(x, (2, 3))`` both work."""
     (x,) = coerce(x)
@@ -96,9 +115,15 @@ def _transpose_kernel(x, axes):
     return x.transpose(axes) if type(x) is np.ndarray else np.transpose(x, axes)
 
 
-defop("transpose", _transpose_kernel, _transpose_spec, _transpose_vjp, VIEW)
+def _transposes(attrs) -> bool:
+    return list(attrs["axes"]) != sorted(attrs["axes"])
 
 
+_TRANSPOSE = defop("transpose", _transpose_kernel, _transpose_spec, _transpose_vjp, VIEW | LAYOUT | REARRANGES,
+                   permutes=_transposes, torch=lambda T, x, axes: x.permute(axes))
+
+
+@_TRANSPOSE.publish
 def transpose(x, axes=None):
     """numpy.transpose: reverse the axes, or permute them as ``axes`` says."""
     (x,) = coerce(x)
@@ -255,17 +280,48 @@ def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
     return (getitem(g, index),) + (None,) * len(ref)
 
 
-defop("getitem", _getitem_kernel, _getitem_spec, _getitem_vjp, VIEW)
-defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, _getitem_grad_vjp, SHAPE_REF,
-      doc="zeros of x's shape with g scattered (added) at index: the VJP of getitem")
+def _getitem_grad_specialize(node, shapes, nodes):
+    if len(node.inputs) == 1:
+        return node
+    return node.copy(inputs=node.inputs[:1], attrs={"index": node.attrs["index"], "shape": tuple(shapes[node.id])})
 
 
+def _getitem_grad_scalar(em, node, ins, shape):
+    """Zeros, with each element of g added where the index sends it (repeats add up, in numpy's order)."""
+    out = np.full(shape, "0.0", dtype=object)
+    target = np.empty(shape, dtype=object)
+    target.reshape(-1)[:] = np.arange(target.size)
+    picked = np.asarray(target[node.attrs["index"]], dtype=object)
+    for pos, g in zip(np.broadcast_to(picked, ins[0].shape).reshape(-1), ins[0].reshape(-1)):
+        cell = np.unravel_index(pos, out.shape)
+        out[cell] = g if out[cell] == "0.0" else em.assign(f"({out[cell]} + {g})")
+    return out
+
+
+def _advanced(attrs) -> bool:
+    # numpy may put the axes an index array selects first
+    return any(isinstance(k, np.ndarray) for k in attrs["index"])
+
+
+def _torch_index(T, index):
+    return tuple(T.from_numpy(i) if isinstance(i, np.ndarray) else i for i in index)
+
+
+_GETITEM = defop("getitem", _getitem_kernel, _getitem_spec, _getitem_vjp, VIEW | REARRANGES, permutes=_advanced,
+                 torch=lambda T, x, index: x[_torch_index(T, index)])
+_GETITEM_GRAD = defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, _getitem_grad_vjp, SHAPE_REF,
+                      specialize=_getitem_grad_specialize, scalar_rule=_getitem_grad_scalar,
+                      doc="zeros of x's shape with g scattered (added) at index: the VJP of getitem")
+
+
+@_GETITEM.publish
 def getitem(x, index):
     """``x[index]`` with ints, slices, None, Ellipsis and integer/bool arrays (numpy semantics)."""
     (x,) = coerce(x)
     return apply("getitem", (x,), {"index": normalize_index(index)})
 
 
+@_GETITEM_GRAD.publish
 def getitem_grad(g, like, index):
     """Zeros of ``like``'s shape (a tensor's, or a tuple of ints) with ``g`` added at ``index``, repeated
     indices adding up: the gradient of ``like[index]``."""
@@ -338,11 +394,23 @@ def _split_vjp(g, out, gin, *refs, axis, part):
     return (concatenate(pieces, axis=axis),) + (None,) * len(refs)
 
 
-defop("concatenate", _concat_kernel, _concat_spec, _concat_vjp)
-defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF,
-      doc="the part-th piece of g cut as the refs were concatenated: the VJP of concatenate")
+def _split_specialize(node, shapes, nodes):
+    axis, part = node.attrs["axis"], node.attrs["part"]
+    refs = node.inputs[1:]
+    start = sum(shapes[r][axis] for r in refs[:part])
+    index = (slice(None),) * axis + (slice(start, start + shapes[refs[part]][axis]),)
+    return node.copy(op="getitem", inputs=node.inputs[:1], attrs={"index": index})
 
 
+_CONCATENATE = defop("concatenate", _concat_kernel, _concat_spec, _concat_vjp, REARRANGES,
+                     torch=lambda T, *xs, axis: T.cat(xs, dim=axis))
+# sg.ops.split only: sg.split would read as numpy.split, which cuts at given indices
+_SPLIT = defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF, specialize=_split_specialize,
+               unsupported={"scalar": SPECIALIZED}, public=False,
+               doc="the part-th piece of g cut as the refs were concatenated: the VJP of concatenate")
+
+
+@_SPLIT.publish
 def split(x, like, axis=0, part=0):
     """The ``part``-th piece of ``x`` cut along ``axis`` as the tensors ``like`` were concatenated there:
     the gradient of concatenate(like, axis) for its ``part``-th input. (Not numpy.split, hence not sg.split.)"""
@@ -356,10 +424,12 @@ def _zeros_like_kernel(ref, dtype):
     return np.zeros(ref.shape, dtype=dtype)
 
 
-defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inputs[0].shape, np.dtype(dtype)), None,
-      NONDIFF | SHAPE_REF)
+_ZEROS_LIKE = defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inputs[0].shape, np.dtype(dtype)), None,
+                    NONDIFF | SHAPE_ONLY | SHAPE_OF_REF, unsupported={"scalar": SPECIALIZED},
+                    doc="zeros of x's shape (read at run time) and ``dtype``")
 
 
+@_ZEROS_LIKE.publish
 def zeros_like(x, dtype=None):
     (x,) = coerce(x)
     dtype = np.dtype(dtype or x.dtype)
@@ -369,6 +439,7 @@ def zeros_like(x, dtype=None):
     return apply("zeros_like", (x,), {"dtype": dtype})
 
 
+@_CONCATENATE.publish
 def concatenate(tensors, axis=0):
     """numpy.concatenate along an existing axis (``axis=None``: of the flattened tensors, as numpy does)."""
     tensors = coerce(*tensors)
@@ -410,9 +481,11 @@ def _stack_vjp(g, out, *xs, axis):
     return tuple(getitem(g, (slice(None),) * axis + (i,)) for i in range(len(xs)))
 
 
-defop("stack", _stack_kernel, _stack_spec, _stack_vjp)
+_STACK = defop("stack", _stack_kernel, _stack_spec, _stack_vjp, REARRANGES,
+               torch=lambda T, *xs, axis: T.stack(xs, dim=axis))
 
 
+@_STACK.publish
 def stack(tensors, axis=0):
     """numpy.stack along a new axis."""
     tensors = coerce(*tensors)

@@ -9,6 +9,7 @@ import time
 import types
 from collections import Counter
 
+from ..lower.costs import costs
 from . import constant_fold, cse, dce, prune, simplify, stabilize
 from .stats import PassStats
 
@@ -52,7 +53,6 @@ def pass_name(fn) -> str:
 
 
 def _costs(graph):
-    from ..lower.plan import costs
     try:
         return costs(graph)
     except ValueError:      # shapes that only a real feed can settle: report what is known

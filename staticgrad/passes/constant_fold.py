@@ -4,22 +4,26 @@ import warnings
 import numpy as np
 
 from ..graph import Node
-from ..ops.registry import ELEMENTWISE, REGISTRY, SHAPE_REF
+from ..ops.registry import BROADCAST, ELEMENTWISE, REGISTRY, SHAPE_ONLY, SHAPE_REF, is_a
+from ..tensor import LEAVES
 from .stats import PassStats
 
-LEAVES = ("placeholder", "parameter", "constant")
-SHAPE_ONLY = ("size", "zeros_like")     # ops that read nothing of their inputs but the shape
 MAX_GROWTH = 1 << 20                    # never materialize a constant bigger than this many elements
-# A broadcast of a constant stays a (free) view: simplify lets elementwise ops read the scalar directly.
-BROADCASTS = ("broadcast_to", "broadcast_like")
 
 
 def _ref_positions(node):
-    if node.op in SHAPE_ONLY:
+    """The positions of inputs the op reads only for their shape."""
+    opdef = REGISTRY[node.op]
+    if opdef.has(SHAPE_ONLY):
         return range(len(node.inputs))
-    if REGISTRY[node.op].has(SHAPE_REF):
+    if opdef.has(SHAPE_REF):
         return range(1, len(node.inputs))
     return ()
+
+
+def _broadcast(node) -> bool:
+    # A broadcast of a constant stays a (free) view: simplify lets elementwise ops read the scalar directly.
+    return is_a(node, BROADCAST)
 
 
 def evaluate(node, inputs):
@@ -37,7 +41,7 @@ def evaluate(node, inputs):
         warnings.simplefilter("ignore")
         value = np.asarray(REGISTRY[node.op].kernel(*args, **node.attrs))
     biggest = max((np.size(a) for a in args), default=1)
-    if value.size > biggest and (node.op in BROADCASTS or value.size > MAX_GROWTH):
+    if value.size > biggest and (_broadcast(node) or value.size > MAX_GROWTH):
         return None
     if value.dtype != node.dtype:
         value = value.astype(node.dtype)
@@ -48,16 +52,15 @@ def evaluate(node, inputs):
 
 def _fold_through_broadcasts(new, node, inputs):
     """op(broadcast(c1), c2) -> broadcast(op(c1, c2)): compute on the small constants, keep the free view."""
-    if not REGISTRY[node.op].has(ELEMENTWISE) or not any(x.op in BROADCASTS for x in inputs):
+    if not REGISTRY[node.op].has(ELEMENTWISE) or not any(_broadcast(x) for x in inputs):
         return None
     values, refs = [], set()
     for x in inputs:
         if x.op == "constant":
             values.append(x.value)
-        elif x.op in BROADCASTS and new.nodes[x.inputs[0]].op == "constant":
+        elif _broadcast(x) and new.nodes[x.inputs[0]].op == "constant":
             values.append(new.nodes[x.inputs[0]].value)
-            if x.op == "broadcast_like":
-                refs.add(x.inputs[1])
+            refs.update(x.inputs[1:])           # (broadcast_like's reference)
         else:
             return None
     # A reference of unknown size is also a check made when the call runs ((5, 3) against (None, 3) must
@@ -102,8 +105,7 @@ def run(graph):
         if node.op in LEAVES:
             return node.id
         inputs = [new.nodes[i] for i in node.inputs]
-        if not any(x.op == "constant" or x.op in BROADCASTS for x in inputs) and node.op not in SHAPE_ONLY \
-                and not REGISTRY[node.op].has(SHAPE_REF):
+        if not any(x.op == "constant" or _broadcast(x) for x in inputs) and not _ref_positions(node):
             return node.id          # the common case: nothing constant to fold here
         value = evaluate(node, inputs)
         if value is not None:

@@ -2,9 +2,8 @@
 import numpy as np
 
 from ..ops.registry import COMMUTATIVE, REGISTRY
+from ..tensor import VARIABLES
 from .stats import PassStats
-
-UNIQUE = ("placeholder", "parameter")   # leaves that are never merged: each is its own value
 
 
 def _exact(v):
@@ -56,7 +55,7 @@ def run(graph):
 
     def visit(new, node):
         nonlocal merged
-        if node.op in UNIQUE:
+        if node.op in VARIABLES:       # never merged: each is its own value
             return node.id
         if node.op == "constant":
             key = constant_key(node)

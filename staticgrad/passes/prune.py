@@ -1,5 +1,6 @@
 """Dead-branch pruning for inputs that need no gradient."""
 from ..graph import Graph
+from ..ops.registry import IDENTITY, is_a
 from .stats import PassStats
 
 
@@ -28,7 +29,7 @@ def run(graph):
 
     def visit(new, node):
         nonlocal bypassed
-        if node.op == "stop_gradient":
+        if is_a(node, IDENTITY):
             bypassed += 1
             return node.inputs[0]
         return node.id

@@ -3,9 +3,9 @@ import math
 
 import numpy as np
 
-from ..ops.registry import ELEMENTWISE, REGISTRY
+from ..ops.registry import BROADCAST, ELEMENTWISE, LAYOUT, REGISTRY, SHAPE_OF_REF, is_a
 from ..rewrite import rewrite_graph, same_type, scalar_value
-from ..tensor import ShapeError
+from ..tensor import LEAVES, ShapeError
 from .stats import PassStats
 
 
@@ -149,7 +149,7 @@ def reshape_same(rw, node):
     (x,) = rw.inputs(node)
     if tuple(x.shape) == tuple(node.shape) and x.shape.count(None) <= 1:
         return x
-    if x.op in ("reshape", "squeeze", "expand_dims"):
+    if is_a(x, LAYOUT) and x.op != "transpose":       # (a reshape of a reshape, squeeze or expand_dims)
         return rw.make("reshape", [rw.inputs(x)[0]], node.attrs)
     return None
 
@@ -186,11 +186,11 @@ def cast_same(rw, node):
 def _shape_root(rw, n, depth=6):
     """A node whose run-time shape ``n`` is known to have (for unknown sizes), or None."""
     for _ in range(depth):
-        if None not in n.shape or n.op in ("placeholder", "parameter", "constant"):
+        if None not in n.shape or n.op in LEAVES:
             return n
-        if n.op in ("broadcast_like", "sum_like", "reshape_like", "zeros_like"):
+        if is_a(n, SHAPE_OF_REF):
             return _shape_root(rw, rw.inputs(n)[-1], depth - 1)
-        if not REGISTRY[n.op].has(ELEMENTWISE):
+        if not is_a(n, ELEMENTWISE):
             return n
         full = [x for x in rw.inputs(n) if tuple(x.shape) == tuple(n.shape)]
         roots = {id(r) for r in (_shape_root(rw, x, depth - 1) for x in full)}
@@ -216,7 +216,7 @@ def scalar_broadcast(rw, node):
     for k, x in enumerate(inputs):
         if node.op == "pow" and k == 1:
             continue            # a broadcast exponent is read per element, one number takes numpy's shortcuts
-        if x.op in ("broadcast_to", "broadcast_like"):
+        if is_a(x, BROADCAST):
             src = rw.inputs(x)[0]
             others = [y for j, y in enumerate(inputs) if j != k]
             if all(d == 1 for d in src.shape) and any(_same_runtime_shape(rw, y, x) for y in others):
@@ -234,8 +234,10 @@ def scalar_broadcast(rw, node):
 
 def unary_of_broadcast(rw, node):
     """f(broadcast(c)) -> broadcast(f(c)) for a constant c, with f(c) computed now."""
+    if len(node.inputs) != 1:
+        return None
     (x,) = rw.inputs(node)
-    if x.op not in ("broadcast_to", "broadcast_like") or node.dtype.kind not in "fc":
+    if not is_a(x, BROADCAST) or node.dtype.kind not in "fc":
         return None
     src, *refs = rw.inputs(x)
     value = rw.const_value(src)
@@ -274,14 +276,11 @@ RULES = {
     "cast": [cast_same],
 }
 for _name, _op in REGISTRY.items():
-    # Every other elementwise op with two or more inputs also reads scalar broadcasts directly.
-    if _op.has(ELEMENTWISE) and _name not in RULES and _name != "cast":
-        RULES[_name] = [scalar_broadcast]
-for _name in ("reshape", "transpose", "expand_dims", "squeeze"):
-    RULES.setdefault(_name, []).append(layout_of_broadcast)
-for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
-              "square", "softplus"):
-    RULES.setdefault(_name, []).append(unary_of_broadcast)
+    # Every other elementwise op also reads scalar broadcasts directly, and one of one input is computed now.
+    if _op.has(ELEMENTWISE) and _name != "cast":
+        RULES.setdefault(_name, [scalar_broadcast]).append(unary_of_broadcast)
+    if _op.has(LAYOUT):
+        RULES.setdefault(_name, []).append(layout_of_broadcast)
 
 
 def run(graph):

@@ -121,7 +121,7 @@ def static_mode(model_fn, params, batches, lr) -> Mode:
                 roles[node.role] = roles.get(node.role, 0) + 1
         per_call = _peak_bytes(lambda: fn(*batches[0]))
         # The plan's workspace was allocated before this call (once per plan) and stays: it counts too.
-        memory = getattr(fn._last, "memory", None)
+        memory = getattr(fn.program, "memory", None)
         held = memory.workspace_bytes if memory is not None else 0
         return {"nodes_by_role": roles, "peak_bytes": per_call + held}
     return Mode(build, compiling, lambda batch: fn(*batch), measure)

@@ -57,7 +57,7 @@ def dot_nodes(dot):
 
 def effective_scope(fn, i, data):
     if data["role"] == "backward" and data["adjoint_of"] is not None:
-        return fn._unoptimized.nodes[data["adjoint_of"]].scope
+        return fn.unoptimized.nodes[data["adjoint_of"]].scope
     return data["scope"]
 
 
@@ -141,7 +141,7 @@ def test_targets_and_stages(compiled):
     both = to_dot([net["loss"], grads[0]])
     names = {sub.get_name() for sub in both.get_subgraph_list()}
     assert {"cluster_forward", "cluster_backward"} <= names
-    assert len(dot_nodes(to_dot(fn, stage="unoptimized"))) == len(fn._unoptimized.nodes)
+    assert len(dot_nodes(to_dot(fn, stage="unoptimized"))) == len(fn.unoptimized.nodes)
     assert len(dot_nodes(fn.to_dot(stage="optimized"))) == fn.graph.number_of_nodes()
     with pytest.raises(ValueError, match="stage"):
         to_dot(fn, stage="final")
@@ -193,7 +193,7 @@ def test_around_draws_a_neighbourhood(compiled):
     expected = {h} | set(fn.graph.predecessors(h)) | set(fn.graph.successors(h))
     assert near == {str(i) for i in expected}
     assert len(dot_nodes(to_dot(fn, around=h, depth=2))) > len(near)
-    folded = next(i for i in fn._unoptimized.nodes if i not in fn.ir.nodes)
+    folded = next(i for i in fn.unoptimized.nodes if i not in fn.ir.nodes)
     with pytest.raises(ValueError, match="stage='unoptimized'"):
         to_dot(fn, around=folded)
     assert str(folded) in dot_nodes(to_dot(fn, stage="unoptimized", around=folded, depth=1))
@@ -280,12 +280,12 @@ def test_diff_dot_marks_what_each_pass_did():
     t = example1()
     gu = sg.grad(t["y"], t["u"])
     fn = sg.compile([t["y"], gu], inputs=[t["u"], t["v"]], passes=[PASSES["constant_fold"], _double_to_add, PASSES["dce"]])
-    rows = {r["pass"]: r for r in fn._rows}
+    rows = {r["pass"]: r for r in fn.report().rows}
     assert rows["double_to_add"]["added_ids"] and rows["dce"]["removed_ids"] and rows["constant_fold"]["replaced_ids"]
     dot = diff_dot(fn)
     nodes = dot_nodes(dot)
-    added = [i for i in fn.ir.nodes if i not in fn._unoptimized.nodes]
-    assert len(nodes) == len(fn._unoptimized.nodes) + len(added)
+    added = [i for i in fn.ir.nodes if i not in fn.unoptimized.nodes]
+    assert len(nodes) == len(fn.unoptimized.nodes) + len(added)
     for i in added:
         assert "added by double_to_add" in _label(nodes[str(i)])
     for i in rows["dce"]["removed_ids"]:
@@ -358,7 +358,7 @@ def test_gradients_of_stable_forms_keep_their_scope_and_provenance():
         loss = sg.sum(sg.log(sg.sigmoid(x @ W)))
     (g,) = sg.grad(loss, [W])
     fn = sg.compile([loss, g], inputs=[x])
-    for stage, graph in (("optimized", fn.graph), ("unoptimized", fn._unoptimized.to_networkx())):
+    for stage, graph in (("optimized", fn.graph), ("unoptimized", fn.unoptimized.to_networkx())):
         for i, d in graph.nodes(data=True):
             if d["role"] == "backward":
                 assert d["adjoint_of"] in graph, (stage, i, d["op"])

@@ -21,7 +21,7 @@ def chain(size, cycles, extra_outputs=False):
 
 def unbatched(outs, x):
     fn = sg.compile(outs, inputs=[x])
-    fn._memory_planning = False          # no workspace and no batching: one numpy call per node
+    fn.backend = fn.backend.replace(memory_planning=False)          # no workspace and no batching: one numpy call per node
     return fn
 
 
@@ -32,7 +32,7 @@ def test_batched_results_are_bit_identical():
     got = fast(X)
     for a, b in zip(got, unbatched(outs, x)(X)):
         np.testing.assert_array_equal(a, b)
-    assert fast._last.batched >= 3          # square, 1 - square and cos of every cycle
+    assert fast.program.stats.get("batched_groups", 0) >= 3          # square, 1 - square and cos of every cycle
     calls = sum(1 for line in fast.source.splitlines() if "= " in line and "(" in line)
     assert calls < len(fast.ir.nodes) - 10
 
@@ -52,7 +52,7 @@ def test_large_arrays_are_left_alone():
     x, outs = chain(batching.MAX_SIZE + 1, 6)
     fn = sg.compile(outs, inputs=[x])
     fn(np.zeros(batching.MAX_SIZE + 1))
-    assert not getattr(fn._last, "batched", 0)
+    assert not fn.program.stats.get("batched_groups", 0)
 
 
 def test_batching_keeps_training_updates_exact():
@@ -73,7 +73,7 @@ def test_batching_keeps_training_updates_exact():
     for W, v in zip(Ws, start):
         W.value = v
     slow = sg.compile(loss, inputs=[x], updates=updates, optimize=False)
-    slow._memory_planning = False
+    slow.backend = slow.backend.replace(memory_planning=False)
     slow(X)
     for W, v in zip(Ws, after_fast):
         np.testing.assert_array_equal(W.value, v)
@@ -81,7 +81,7 @@ def test_batching_keeps_training_updates_exact():
 
 def _numpy_plan(outs, x):
     fn = sg.compile(outs, inputs=[x])
-    fn._scalar = False                   # tiny plans would otherwise run as Python float code
+    fn.backend = fn.backend.replace(scalar=False)                   # tiny plans would otherwise run as Python float code
     return fn
 
 
@@ -101,7 +101,7 @@ def test_a_running_sum_is_one_reduction_with_the_chains_bits():
         fn = _numpy_plan(total, x)
         X = rng.normal(size=size) * 1e3
         got = fn(X)
-        assert fn._last.folds == 1
+        assert fn.program.stats.get("running_sums", 0) == 1
         np.testing.assert_array_equal(got, unbatched([total], x)(X)[0])
 
 
@@ -110,7 +110,7 @@ def test_the_running_sums_of_a_chains_gradient_fold():
     fn = sg.compile(outs, inputs=[x])
     X = np.random.default_rng(6).uniform(-0.2, 0.2, 10)
     got = fn(X)
-    assert fn._last.folds >= 1
+    assert fn.program.stats.get("running_sums", 0) >= 1
     for a, b in zip(got, unbatched(outs, x)(X)):
         np.testing.assert_array_equal(a, b)
 
@@ -120,11 +120,11 @@ def test_a_leaf_term_splits_the_fold_and_one_number_per_row_does_not_fold():
     fn = _numpy_plan(total, x)
     X = np.linspace(-1, 1, 4)
     np.testing.assert_array_equal(fn(X), unbatched([total], x)(X)[0])
-    assert fn._last.folds == 2
+    assert fn.program.stats.get("running_sums", 0) == 2
     x, total = _running_sum(None, 20)
     fn = _numpy_plan(total, x)
     np.testing.assert_array_equal(fn(0.3), unbatched([total], x)(0.3)[0])
-    assert not getattr(fn._last, "folds", 0)
+    assert not fn.program.stats.get("running_sums", 0)
 
 
 def test_slots_freed_where_a_batched_op_writes_its_rows_are_reused():
@@ -136,7 +136,7 @@ def test_slots_freed_where_a_batched_op_writes_its_rows_are_reused():
         fast = sg.compile(outs, inputs=[x])
         for a, b in zip(fast(X), unbatched(outs, x)(X)):
             np.testing.assert_array_equal(a, b)
-        assert fast._last.batched and fast.report().summary["workspace_slots"] <= 4
+        assert fast.program.stats.get("batched_groups", 0) and fast.report().summary["workspace_slots"] <= 4
 
 
 def test_a_group_whose_first_candidate_cannot_be_stacked_batches_the_rest():
@@ -163,7 +163,7 @@ def test_a_running_sum_of_negative_zeros_is_negative_zero():
     for k in range(2, 12):
         s = s + sg.sin(x * float(k))
     fn = sg.compile(1.0 / s, inputs=[x])
-    fn._scalar = False
+    fn.backend = fn.backend.replace(scalar=False)
     with np.errstate(divide="ignore"):
         got = fn(np.full(3, -0.0))
     assert fn.report().summary["running_sums"] == 1
@@ -180,8 +180,9 @@ def test_matrix_products_of_many_small_vectors_are_not_batched_as_elementwise(si
     loss = sum((sg.sum(sg.square(product(h))) for h in hs), sg.constant(0.0))
     X = np.random.default_rng(3).normal(size=4)
     fast, slow = sg.compile(loss, inputs=[x]), sg.compile(loss, inputs=[x])
-    fast._scalar = slow._scalar = False
-    slow._memory_planning = False
+    fast.backend = fast.backend.replace(scalar=False)
+    slow.backend = slow.backend.replace(scalar=False)
+    slow.backend = slow.backend.replace(memory_planning=False)
     assert fast(X) == slow(X)
 
 
@@ -195,11 +196,11 @@ def test_rows_of_another_shape_are_not_read_as_a_batched_operand():
     a = [x * (i + 3.0) for i in range(n)]
     out = sg.stack([ai * si for ai, si in zip(a, s)])
     fn = sg.compile(out, inputs=[x, y])
-    fn._scalar = False
+    fn.backend = fn.backend.replace(scalar=False)
     X, Y = np.arange(1.0, n + 1), np.array(0.5)
     want = np.stack([X * (i + 3.0) * np.sin(Y * (i + 2.0)) for i in range(n)])
     np.testing.assert_array_equal(fn(X, Y), want)
-    assert fn._last.batched
+    assert fn.program.stats.get("batched_groups", 0)
 
 
 def test_an_operand_dropping_a_member_does_not_break_another_operands_run_of_rows():
@@ -245,9 +246,9 @@ def _lanes(seed):
 def test_random_lanes_batch_to_the_unbatched_results(seed):
     x, y, outs, k = _lanes(seed)
     fast = sg.compile(outs, inputs=[x, y])
-    fast._scalar = False
+    fast.backend = fast.backend.replace(scalar=False)
     slow = sg.compile(outs, inputs=[x, y])
-    slow._scalar, slow._memory_planning = False, False
+    slow.backend = slow.backend.replace(scalar=False, memory_planning=False)
     r = np.random.default_rng(seed + 5)
     X, Y = r.normal(size=k), np.array(r.normal())
     for a, b in zip(fast(X, Y), slow(X, Y)):
@@ -261,7 +262,7 @@ def test_two_running_sums_that_meet_in_one_add_are_summed_once_each():
     a = sg.sin(x * 1.0) + sg.sin(x * 2.0) + sg.sin(x * 3.0) + sg.sin(x * 4.0) + sg.sin(x * 5.0)
     b = sg.cos(x * 1.0) + sg.cos(x * 2.0) + sg.cos(x * 3.0) + sg.cos(x * 4.0) + sg.cos(x * 5.0)
     fn = sg.compile(a + b, inputs=[x])
-    fn._scalar = False
+    fn.backend = fn.backend.replace(scalar=False)
     X = np.array([0.1, 0.2, 0.3])
     want = sum(np.sin(X * k) for k in range(1, 6)) + sum(np.cos(X * k) for k in range(1, 6))
     np.testing.assert_array_equal(fn(X), want)
@@ -278,7 +279,7 @@ def test_values_laid_out_like_a_transpose_stay_out_of_batched_rows():
             h = sg.tanh(h)
         y = sg.sum(h)
         fn = sg.compile([y, sg.grad(y, [x])[0]], inputs=[x])
-        fn._scalar, fn._memory_planning = False, planned
+        fn.backend = fn.backend.replace(scalar=False, memory_planning=planned)
         return fn
     planned, plain = build(True), build(False)
     rng = np.random.default_rng(0)

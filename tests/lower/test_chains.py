@@ -12,9 +12,9 @@ def _plans(outs, inputs):
     """The plan under test (numpy, planned, batched) and the reference (one numpy call per node)."""
     fast = sg.compile(outs, inputs=inputs)
     slow = sg.compile(outs, inputs=inputs)
-    slow._memory_planning = False        # no workspace, no batching, no scans
+    slow.backend = slow.backend.replace(memory_planning=False)        # no workspace, no batching, no scans
     for fn in (fast, slow):
-        fn._scalar = False               # tiny float64 plans would otherwise run as Python float code
+        fn.backend = fn.backend.replace(scalar=False)               # tiny float64 plans would otherwise run as Python float code
     return fast, slow
 
 
@@ -44,12 +44,12 @@ def test_the_reverse_sweep_of_a_chain_is_one_scan_with_the_chains_bits():
     fast, slow = _plans(outs, [x])
     X = np.random.default_rng(0).uniform(-0.2, 0.2, 10)
     _same(fast, slow, X)
-    assert fast._last.scans == 1
+    assert fast.program.stats.get("scans", 0) == 1
     assert "mul_scan_" in fast.source
     # the stacked factors and the scan's rows (151 rows each) are memory the plan holds: the peak counts them
     summary = fast.report().summary
     assert summary["scans"] == 1
-    assert summary["peak_bytes"] >= fast._last.memory.workspace_bytes >= 2 * 151 * 10 * 8
+    assert summary["peak_bytes"] >= fast.program.memory.workspace_bytes >= 2 * 151 * 10 * 8
     # 4 forward calls per cycle remain; the backward's 150 multiplications are one call
     assert _calls(fast) < 4 * 50 + 20
 
@@ -61,18 +61,18 @@ def test_scan_bits_across_sizes_and_dtypes(size, dtype):
     fast, slow = _plans(outs, [x])
     X = np.random.default_rng(1).uniform(-0.2, 0.2, () if size is None else size).astype(dtype)
     _same(fast, slow, X)
-    assert fast._last.scans >= 1
+    assert fast.program.stats.get("scans", 0) >= 1
 
 
 def test_rows_wider_than_max_size_are_not_scanned():
     x, outs = _chain_grad(scan.MAX_SIZE + 1, 12)
     fast, slow = _plans(outs, [x])
     _same(fast, slow, np.linspace(-0.2, 0.2, scan.MAX_SIZE + 1))
-    assert not getattr(fast._last, "scans", 0)
+    assert not fast.program.stats.get("scans", 0)
 
 
 def _scan_kernels(fn):
-    return [v for v in fn._last.namespace.values() if isinstance(v, scan.Scan)]
+    return [v for v in fn.program.namespace.values() if isinstance(v, scan.Scan)]
 
 
 def test_factors_of_every_kind_and_the_values_nan_inf_and_signed_zero():
@@ -119,7 +119,7 @@ def test_a_returned_link_ends_the_chain_and_never_lives_in_a_scan_buffer():
     _same(fast, slow, X2)
     for a, b in zip(first, before):      # a later call must not change what an earlier one returned
         np.testing.assert_array_equal(a, b)
-    assert fast._last.scans == 2             # links 0-5, then 7-11: the returned link 6 is computed alone
+    assert fast.program.stats.get("scans", 0) == 2             # links 0-5, then 7-11: the returned link 6 is computed alone
 
 
 def test_a_factor_computed_after_the_chain_starts_ends_the_chain():
@@ -130,7 +130,7 @@ def test_a_factor_computed_after_the_chain_starts_ends_the_chain():
         g = g * sg.sin(g)
     fast, slow = _plans([g], [x])
     _same(fast, slow, np.array([0.5, -0.25, 1.0]))
-    assert not getattr(fast._last, "scans", 0)
+    assert not fast.program.stats.get("scans", 0)
 
 
 def test_scans_in_a_training_step_keep_the_updates_exact():
@@ -148,12 +148,12 @@ def test_scans_in_a_training_step_keep_the_updates_exact():
     for planned in (True, False):
         w.value = start
         fn = sg.compile(loss, inputs=[x], updates=[(w, w - 0.1 * gw)])
-        fn._scalar, fn._memory_planning = False, planned
+        fn.backend = fn.backend.replace(scalar=False, memory_planning=planned)
         fn(X)
         fn(X)
         new_values.append(w.value.copy())
         if planned:
-            assert fn._last.scans >= 1
+            assert fn.program.stats.get("scans", 0) >= 1
     np.testing.assert_array_equal(new_values[0], new_values[1])
 
 
@@ -210,13 +210,13 @@ def test_a_scan_only_where_it_makes_fewer_calls_than_the_chain():
     fast, slow = _plans([g], [x] + feeds)
     values = [np.linspace(-1, 1, 3) * (k + 1) for k in range(6)]
     _same(fast, slow, *values)
-    assert not getattr(fast._last, "scans", 0)
+    assert not fast.program.stats.get("scans", 0)
     g = x
     for _ in range(5):                   # the same factor five times: one copy, then the accumulation
         g = g * feeds[0]
     fast, slow = _plans([g], [x, feeds[0]])
     _same(fast, slow, *values[:2])
-    assert fast._last.scans == 1
+    assert fast.program.stats.get("scans", 0) == 1
 
 
 def test_a_rejected_chain_is_walked_once(monkeypatch):
@@ -232,7 +232,7 @@ def test_a_rejected_chain_is_walked_once(monkeypatch):
     monkeypatch.setattr(scan, "_calls", lambda rows, *rest: walked.append(len(rows)) or real(rows, *rest))
     fast, slow = _plans([g], [x])
     _same(fast, slow, np.random.default_rng(4).uniform(0.5, 1.5, (40, 3)))
-    assert not getattr(fast._last, "scans", 0)
+    assert not fast.program.stats.get("scans", 0)
     assert sum(walked) <= 2 * 40
 
 
@@ -247,7 +247,7 @@ def test_each_plan_has_its_own_scan_buffers_when_batch_sizes_alternate():
     rng = np.random.default_rng(7)
     feeds = [rng.uniform(-0.2, 0.2, n) for n in (3, 8, 3, 8)]
     kept = [_same(fast, slow, X) for X in feeds]
-    assert fast.report().summary["plans"] == 2 and fast._last.scans == 1
+    assert fast.report().summary["plans"] == 2 and fast.program.stats.get("scans", 0) == 1
     for X, got in zip(feeds, kept):          # results of earlier calls are the caller's own
         for a, b in zip(got, slow(X)):
             np.testing.assert_array_equal(a, b)

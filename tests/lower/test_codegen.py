@@ -52,7 +52,7 @@ def test_empty_batch_loss_is_nan_and_gradient_empty():
 
 
 def _bound(fn, kernel):
-    return [name for name, value in fn._last.namespace.items() if value is kernel]
+    return [name for name, value in fn.program.namespace.items() if value is kernel]
 
 
 def _bits(a):

@@ -7,7 +7,9 @@ import pytest
 import staticgrad as sg
 from staticgrad.graph import Graph, Node
 from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
-from staticgrad.lower.plan import concrete_shapes, costs, plan_memory, skip_identities, specialize
+from staticgrad.lower.costs import costs
+from staticgrad.lower.memory import plan_memory
+from staticgrad.lower.shapes import concrete_shapes, skip_identities, specialize
 
 
 def build_mlp(rng, batch=None, sizes=(4, 16, 16, 3)):
@@ -30,7 +32,7 @@ def mlp_feeds(rng, n):
 
 
 def plan_for(fn, feed_shapes):
-    """The memory plan of ``fn``'s optimized graph for these feed shapes, made with plan.py's functions."""
+    """The memory plan of ``fn``'s optimized graph for these feed shapes, made with lower's own functions."""
     ir = fn.ir
     order = list(ir.nodes)
     shapes = concrete_shapes(ir, order, feed_shapes)
@@ -163,7 +165,7 @@ def test_chain_of_elementwise_ops_runs_in_place(rng):
     assert summary["in_place"] >= 20
     assert summary["peak_bytes"] == 100 * 8 + 8      # the buffer, and the fresh 0-d sum returned
     assert summary["peak_bytes_unplanned"] == 24 * 100 * 8 + 8
-    assert fn._last.memory.workspace_bytes == 100 * 8
+    assert fn.program.memory.workspace_bytes == 100 * 8
     assert "out=" in fn.source or ", w" in fn.source
 
 
@@ -309,7 +311,6 @@ def scalar_and_numpy_results(outputs, inputs, feeds, force=False):
     """
     from staticgrad.lower import scalarize
     from staticgrad.lower.codegen import generate
-    from staticgrad.function import ScalarProgram
 
     fn = sg.compile(outputs, inputs=inputs)
     concrete, order, shapes, memory = plan_for(fn, [np.shape(f) for f in feeds])
@@ -320,8 +321,8 @@ def scalar_and_numpy_results(outputs, inputs, feeds, force=False):
         want = numpy_plan.run(*feeds)[0]
     if not (force or scalarize.eligible(concrete, order, shapes)):
         return want, want        # integer/bool arithmetic never runs as Python scalars
-    source = scalarize.generate(concrete, order, params, concrete.inputs, shapes)
-    scalar_plan = ScalarProgram(source, [concrete.nodes[i].tensor for i in params], numpy_plan)
+    source, used = scalarize.generate(concrete, order, params, concrete.inputs, shapes)
+    scalar_plan = scalarize.ScalarProgram(source, used, [concrete.nodes[i].tensor for i in params], numpy_plan)
     with np.errstate(all="ignore"):
         return want, scalar_plan.run(*feeds)[0]
 
@@ -410,7 +411,7 @@ def test_tiny_float_graphs_run_as_scalar_code():
     got = fn(X)
     assert fn.report().summary["program"] == "scalar"
     want = sg.compile([loss, sg.grad(loss, [W])[0]], inputs=[x], optimize=False)
-    want._scalar = False
+    want.backend = want.backend.replace(scalar=False)
     for a, b in zip(got, want(X)):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     code = [line for line in fn.source.splitlines() if not line.lstrip().startswith("#")]
@@ -433,10 +434,9 @@ def test_scalar_code_folds_arithmetic_on_two_known_numbers_as_numpy_computes_it(
     # signed zeros, inf - inf, overflow; a division by zero is left to run (it raises, and the numpy plan
     # gives numpy's inf)
     from staticgrad.lower import scalarize
-    em = scalarize._Emitter()
+    em = scalarize.Emitter({}, {})
     atoms = [np.array(scalarize._literal(v), dtype=object) for v in numbers]
-    template, fold = scalarize._BINARY[op], scalarize._ARITHMETIC[op]
-    (atom,) = scalarize._elementwise(em, template, atoms, (1,), fold=fold)
+    (atom,) = em.elementwise(REGISTRY[op].scalar, atoms, (1,))
     ufunc = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op]
     with np.errstate(all="ignore"):
         want = ufunc(np.float64(numbers[0]), np.float64(numbers[1]))
@@ -457,7 +457,7 @@ def test_multi_pass_kernels_never_write_over_their_own_operand():
     X = np.linspace(-2, 2, 512).reshape(64, 8)
     got = sg.compile(gW, inputs=[x])(X)
     want = sg.compile(gW, inputs=[x], optimize=False)
-    want._memory_planning = False
+    want.backend = want.backend.replace(memory_planning=False)
     np.testing.assert_allclose(got, want(X), rtol=1e-12)
 
 
@@ -479,7 +479,7 @@ def test_a_gradient_that_needs_no_reduction_at_these_sizes_passes_without_a_call
     y = sg.sum(sg.tanh(x) * 2.0 + x)
     g, = sg.grad(y, [x])
     fn = sg.compile([y, g], inputs=[x])
-    fn._scalar = False                   # the numpy plan (a tiny one would run as Python float code)
+    fn.backend = fn.backend.replace(scalar=False)                   # the numpy plan (a tiny one would run as Python float code)
     assert any(n.op == "sum_like" for n in fn.ir.nodes.values())
     X = rng.normal(size=5)
     loss, grad = fn(X)
@@ -638,8 +638,8 @@ def test_an_elementwise_result_of_a_transposed_operand_keeps_numpy_layout():
     for _ in range(10):
         X = rng.normal(size=(9, 13)) * 3
         planned, plain = sg.compile(y, inputs=[x]), sg.compile(y, inputs=[x])
-        planned._scalar = plain._scalar = False
-        plain._memory_planning = False
+        planned.backend = planned.backend.replace(scalar=False)
+        plain.backend = plain.backend.replace(scalar=False, memory_planning=False)
         assert planned(X) == plain(X)
 
 
@@ -656,7 +656,7 @@ def test_a_value_read_only_for_its_shape_is_not_computed(rng, scalar):
     # mean's gradient is broadcast to the shape of (x @ W) * z, and mul's is summed back to x @ W's: at
     # known sizes neither product is needed; only the backward matmul x.T @ g is left
     x, z, W, fn = _updates_only_step()
-    fn._scalar = scalar
+    fn.backend = fn.backend.replace(scalar=scalar)
     X, Z = rng.normal(size=(4, 2)), rng.normal(size=(4, 3))
     fn(X, Z)
     assert fn.source.count("# matmul") == 1 and "# matmul [backward" in fn.source
@@ -675,7 +675,7 @@ def test_sum_like_at_known_sizes_is_the_same_sum(rng, x_shape, g_shape):
     (gx,) = sg.grad(sg.sum(sg.sin(x * z)), [x])
     assert gx.op == "sum_like"
     fn = sg.compile(gx, inputs=[x, z])
-    fn._scalar = False
+    fn.backend = fn.backend.replace(scalar=False)
     X = rng.normal(size=tuple(7 if d is None else d for d in x_shape))
     Z = rng.normal(size=tuple(7 if d is None else d for d in g_shape))
     want = _sum_like_kernel(np.cos(X * Z) * Z, X)
@@ -690,7 +690,7 @@ def test_a_broadcast_to_the_size_already_there_makes_no_call(rng):
     v = sg.placeholder((None, 3), requires_grad=True, name="v")
     go = sg.placeholder((None, 3), name="go")
     fn = sg.compile(sg.grad(sg.tanh(v), v, grad_output=go), inputs=[v, go])
-    fn._scalar = False
+    fn.backend = fn.backend.replace(scalar=False)
     V, G = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
     np.testing.assert_array_equal(fn(V, G), G * (1 - np.tanh(V) ** 2))
     assert "broadcast" not in fn.source
@@ -727,7 +727,8 @@ def test_planned_sums_add_in_the_order_unplanned_ones_do(case):
     build, shape, layout = LAYOUT_CASES[case]
     x = sg.placeholder(shape, name="x")
     planned, plain = sg.compile(build(x), inputs=[x]), sg.compile(build(x), inputs=[x])
-    planned._scalar = plain._scalar = plain._memory_planning = False
+    planned.backend = planned.backend.replace(scalar=False)
+    plain.backend = plain.backend.replace(scalar=False, memory_planning=False)
     rng = np.random.default_rng(5)
     for _ in range(40):
         X = layout(rng.normal(size=shape))
@@ -740,7 +741,8 @@ def test_a_matrix_product_with_a_broadcast_operand_has_the_bits_of_a_fresh_one()
     W = sg.parameter(np.ones((4, 1)), name="W")
     (g,) = sg.grad(sg.sum(1.0 - x @ W), [W])
     fast, slow = sg.compile(g, inputs=[x]), sg.compile(g, inputs=[x], optimize=False)
-    fast._scalar = slow._scalar = False
+    fast.backend = fast.backend.replace(scalar=False)
+    slow.backend = slow.backend.replace(scalar=False)
     rng = np.random.default_rng(6)
     for _ in range(20):
         X = rng.normal(size=(40, 4))
