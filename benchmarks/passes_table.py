@@ -16,7 +16,8 @@ import os
 import staticgrad as sg
 from staticgrad.graph import Graph
 from staticgrad.passes import DEFAULT, resolve, pass_name
-from staticgrad.lower.plan import concrete_shapes, costs
+from staticgrad.lower.costs import costs
+from staticgrad.lower.shapes import concrete_shapes
 
 from . import impl_staticgrad, workloads
 

@@ -19,7 +19,8 @@ checks this against every import in the package, and that no imports go round in
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit
     study                                    the static vs dynamic study (loaded on demand)
-    cli demo                                 the staticgrad command
+    staticgrad                               this file: the public API
+    cli demo __main__                        the staticgrad command
 """
 from __future__ import annotations
 

@@ -269,81 +269,86 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
     keep = set(graph.nodes) if around is None else neighbourhood(graph, around, depth)
     if view == "flow":
         keep = {i for i in keep if graph.nodes[i].role == "forward"}
-    outputs = {}
-    for k, o in enumerate(graph.outputs):
-        outputs.setdefault(o, []).append(k)
-
     dot = pydot.Dot(name, graph_type="digraph", rankdir=rankdir, fontname="Helvetica", newrank="true")
     dot.set_node_defaults(fontname="Helvetica", fontsize="11")
     dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
-    clusters = {}
+    sheet = _Sheet(pic, dot, view, scopes)
+    # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together).
+    for node in graph.nodes.values():
+        if node.id in keep:
+            sheet.place(node, _collapsed_group(pic.scope_of(node), collapse))
+    for box, info in sheet.boxes.items():
+        # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
+        info["role"] = next(r for r in ("forward", "backward", "update") if r in info["roles"])
+        _add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
+    if view == "full":
+        _full_edges(pic, dot, sheet.drawn, sheet.boxes)
+    else:
+        _forward_edges(pic, dot, sheet.drawn)
+        _flow_edges(pic, dot, sheet.drawn)
+    if legend:
+        dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in sheet.drawn}))
+        dot.set("labelloc", "b")
+        dot.set("fontsize", "10")
+    return dot
 
-    def cluster_for(role, scope):
+
+class _Sheet:
+    """The DOT nodes drawn so far, the clusters they sit in, and the boxes of collapsed scopes."""
+
+    def __init__(self, pic, dot, view, scopes):
+        self.pic, self.dot, self.view, self.scopes = pic, dot, view, scopes
+        self.clusters = {}
+        self.drawn = {}          # node id -> the DOT name standing for it
+        self.boxes = {}          # DOT name of a box -> {"roles": {role: count}, "scope", "ids"}
+        self.outputs = {}
+        for k, o in enumerate(pic.graph.outputs):
+            self.outputs.setdefault(o, []).append(k)
+
+    def cluster(self, role, scope):
         key = (role, scope)
-        if key in clusters:
-            return clusters[key]
+        if key in self.clusters:
+            return self.clusters[key]
         if not scope:
             sub = pydot.Cluster(role, label=role, style="rounded", color=STYLES[role]["color"],
                                 fontcolor=STYLES[role]["color"])
-            dot.add_subgraph(sub)
+            self.dot.add_subgraph(sub)
         else:
-            parent = cluster_for(role, scope.rpartition("/")[0])
+            parent = self.cluster(role, scope.rpartition("/")[0])
             # the index keeps scopes apart that differ only in characters DOT ids cannot hold
-            sub = pydot.Cluster(_cluster_id(role, scope, str(len(clusters))), label=scope,
+            sub = pydot.Cluster(_cluster_id(role, scope, str(len(self.clusters))), label=scope,
                                 style="rounded,dashed", color="#999999", fontcolor="#555555")
             parent.add_subgraph(sub)
-        clusters[key] = sub
+        self.clusters[key] = sub
         return sub
 
-    # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together).
-    drawn = {}          # node id -> the DOT name standing for it
-    boxes = {}          # DOT name of a box -> {"roles": {role: count}, "scope", "ids"}
-    for node in graph.nodes.values():
-        if node.id not in keep:
-            continue
+    def place(self, node, group):
         role = node.role if node.role in STYLES else "forward"
-        scope = pic.scope_of(node)
-        group = _collapsed_group(scope, collapse)
         if group is not None:
             box = f"scope_{_cluster_id(group)}"
-            info = boxes.setdefault(box, {"roles": {}, "scope": group, "ids": []})
+            info = self.boxes.setdefault(box, {"roles": {}, "scope": group, "ids": []})
             info["ids"].append(node.id)
             info["roles"][role] = info["roles"].get(role, 0) + 1
-            drawn[node.id] = box
-            continue
-        attrs = dict(STYLES[role])
+            self.drawn[node.id] = box
+            return
+        pic, attrs = self.pic, dict(STYLES[role])
         if not node.inputs:
             attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
-        lines = node_lines(pic, node) + _marks(pic, node, outputs)
-        if view == "flow" and pic.values is not None:
+        lines = node_lines(pic, node) + _marks(pic, node, self.outputs)
+        if self.view == "flow" and pic.values is not None:
             for k, g in enumerate(_flow_gradients(pic, node.id)):
                 tag = "grad" if len(pic.sweeps) == 1 else f"grad {k}"
                 lines.append(f'<FONT POINT-SIZE="10" COLOR="#c0504d">{tag} {_esc(format_value(g))}</FONT>')
-        if node.id in outputs or (node.meta or {}).get("grad_of") is not None:
+        if node.id in self.outputs or (node.meta or {}).get("grad_of") is not None:
             attrs["penwidth"] = "3"
         mark = pic.marks.get(node.id)
         if mark is not None:
             attrs.update(mark[0])
             lines += [f'<FONT POINT-SIZE="10"><B>{_esc(t)}</B></FONT>' for t in mark[1]]
-        target = cluster_for(role, scope if scopes else "")
+        target = self.cluster(role, pic.scope_of(node) if self.scopes else "")
         target.add_node(pydot.Node(str(node.id), label="<" + "<BR/>".join(lines) + ">",
                                    tooltip=tooltip(pic, node), **attrs))
-        drawn[node.id] = str(node.id)
-    for box, info in boxes.items():
-        # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
-        info["role"] = next(r for r in ("forward", "backward", "update") if r in info["roles"])
-        _add_box(pic, box, info, cluster_for(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
-
-    if view == "full":
-        _full_edges(pic, dot, drawn, boxes)
-    else:
-        _forward_edges(pic, dot, drawn)
-        _flow_edges(pic, dot, drawn)
-    if legend:
-        dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in drawn}))
-        dot.set("labelloc", "b")
-        dot.set("fontsize", "10")
-    return dot
+        self.drawn[node.id] = str(node.id)
 
 
 def _add_box(pic, box, info, cluster):
