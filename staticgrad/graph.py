@@ -114,7 +114,8 @@ class Node:
         return new
 
     def label(self) -> str:
-        return self.name or f"{self.op}_{self.id}"
+        """What tables, pictures and errors call it: its name, else ``op#id``."""
+        return self.name or f"{self.op}#{self.id}"
 
     @property
     def ndim(self) -> int:

@@ -25,15 +25,13 @@ from .compiler import link
 from .function import Function
 from .graph import Graph, Node
 from .ops.registry import REGISTRY
-from .tensor import StaticgradError, Tensor, parameter, placeholder
+from .tensor import LEAVES, ROLES, VARIABLES, StaticgradError, Tensor, parameter, placeholder
 
 FORMAT = "staticgrad.function"
 CHECKPOINT_FORMAT = "staticgrad.parameters"
 VERSION = 1
 GRAPH_MEMBER = "graph.json"
 CHECKPOINT_MEMBER = "parameters.json"
-LEAVES = ("placeholder", "parameter", "constant")
-ROLES = ("forward", "backward", "update")
 MAX_TEXT = 4096
 
 
@@ -411,7 +409,7 @@ def _decode_node(entry, nodes, arrays, params, holders):
                 f"constant node {nid}: its value does not match its shape/dtype")
         value.setflags(write=False)
         node.value = value
-    elif op in ("parameter", "placeholder"):
+    elif op in VARIABLES:
         table = params if op == "parameter" else holders
         tensor = table.get(entry.get("ref"))
         _expect(tensor is not None, f"{op} node {nid}: unknown reference {entry.get('ref')!r:.40}")

@@ -13,8 +13,6 @@ class Report:
     reads the summary that follows the table (plans, backend, memory of the newest plan, ...).
     """
 
-    COLUMNS = ("pass", "nodes_before", "nodes_after", "seconds", "changed")
-
     def __init__(self, rows, summary=None):
         self.rows = rows
         self.summary = summary or {}

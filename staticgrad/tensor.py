@@ -20,6 +20,8 @@ _ids = itertools.count()
 # The ops of leaves: values a call supplies (placeholders, parameters) and values baked into the graph.
 VARIABLES = ("placeholder", "parameter")
 LEAVES = VARIABLES + ("constant",)
+# What a node is for: computing the outputs, their gradients (the adjoint graph), or only the updates.
+ROLES = ("forward", "backward", "update")
 
 
 class StaticgradError(ValueError):
@@ -173,8 +175,6 @@ class Tensor:
     @property
     def value(self):
         """The numpy value of a parameter or constant (None for placeholders and op results)."""
-        if self._value is None:
-            return None
         return self._value
 
     @value.setter
@@ -209,7 +209,8 @@ class Tensor:
 
     # ----------------------------------------------------------------- display
     def label(self) -> str:
-        return self.name or f"{self.op}_{self.id}"
+        """What tables, pictures and errors call it: its name, else ``op#id``."""
+        return self.name or f"{self.op}#{self.id}"
 
     def __repr__(self):
         name = f" {self.name!r}" if self.name else ""

@@ -19,10 +19,9 @@ import numpy as np
 import pydot
 
 from ..graph import Graph
-from ..tensor import StaticgradError, Tensor, format_shape
-from .trace import format_value, label, run_values, sweeps_of, tensor_closure
+from ..tensor import ROLES, StaticgradError, Tensor, format_shape
+from .trace import format_value, run_values, sweeps_of, tensor_closure
 
-ROLES = ("forward", "backward", "update")
 STYLES = {
     "forward": {"shape": "box", "style": "filled", "fillcolor": "#dbe9f6", "color": "#2b6ca3"},
     "backward": {"shape": "box", "style": "filled,dashed", "fillcolor": "#fbe3d6", "color": "#c0504d"},
@@ -73,7 +72,7 @@ class Picture:
 
     def name_of(self, i) -> str:
         node = self.lookup.get(i)
-        return label(node) if node is not None else f"#{i}"
+        return node.label() if node is not None else f"#{i}"
 
     def scope_of(self, node) -> str:
         """A backward node is drawn in the scope of the forward node whose gradient it computes, and an
@@ -216,12 +215,12 @@ def _marks(pic, node, outputs) -> list:
 
 
 def tooltip(pic, node) -> str:
-    parts = [f"{label(node)}: {node.op} {format_shape(node.shape)} {node.dtype}, built at {node.source or '?'}"]
+    parts = [f"{node.label()}: {node.op} {format_shape(node.shape)} {node.dtype}, built at {node.source or '?'}"]
     if node.scope:
         parts.append(f"name scope: {node.scope}")
     if node.adjoint_of is not None:
         fwd = pic.lookup.get(node.adjoint_of)
-        what = f"{label(fwd)} ({fwd.op} at {fwd.source})" if fwd is not None else f"node {node.adjoint_of}"
+        what = f"{fwd.label()} ({fwd.op} at {fwd.source})" if fwd is not None else f"node {node.adjoint_of}"
         parts.append(f"adjoint of {what}, VJP rule: {node.rule}")
     if pic.values is not None and node.id in pic.values:
         parts.append(f"value: {format_value(pic.values[node.id], max_size=64)}")
@@ -233,7 +232,7 @@ def neighbourhood(graph, around, depth) -> set:
     """Ids within ``depth`` edges (either direction) of ``around`` (a tensor, a node or an id)."""
     i = around.id if hasattr(around, "id") else around
     if i not in graph.nodes:
-        what = label(around) if hasattr(around, "op") else f"node {i}"
+        what = around.label() if hasattr(around, "op") else f"node {i}"
         raise ValueError(f"to_dot: around={what} is not in the drawn graph (a pass may have removed it: "
                          "try stage='unoptimized')")
     g = nx.Graph()
@@ -279,7 +278,7 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
             sheet.place(node, _collapsed_group(pic.scope_of(node), collapse))
     for box, info in sheet.boxes.items():
         # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
-        info["role"] = next(r for r in ("forward", "backward", "update") if r in info["roles"])
+        info["role"] = next(r for r in ROLES if r in info["roles"])
         _add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
     if view == "full":
         _full_edges(pic, dot, sheet.drawn, sheet.boxes)
@@ -364,10 +363,10 @@ def _add_box(pic, box, info, cluster):
              f'<FONT POINT-SIZE="10">{len(nodes)} nodes: '
              + _esc(", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))) + "</FONT>"]
     if len(roles) > 1:
-        lines.append('<FONT POINT-SIZE="10">' + ", ".join(f"{roles[r]} {r}" for r in ("forward", "backward", "update")
+        lines.append('<FONT POINT-SIZE="10">' + ", ".join(f"{roles[r]} {r}" for r in ROLES
                                                           if r in roles) + "</FONT>")
     if params:
-        lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{label(p)} {format_shape(p.shape)}"
+        lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{p.label()} {format_shape(p.shape)}"
                                                                for p in params)) + "</FONT>")
     outputs = {}
     for k, o in enumerate(pic.graph.outputs):

@@ -15,9 +15,8 @@ from ..feeds import check_feed
 from ..function import ExecutionError, Function
 from ..graph import Graph
 from ..ops.registry import REGISTRY
-from ..tensor import FeedError, Tensor, format_shape
+from ..tensor import LEAVES, FeedError, Tensor, format_shape
 
-LEAVES = ("placeholder", "parameter", "constant")
 
 
 # ------------------------------------------------------------------ formatting
@@ -46,11 +45,6 @@ def format_value(value, max_size=6, digits=4) -> str:
         summary += (f" mean {_number(a.mean(), digits)} min {_number(a.min(), digits)} "
                     f"max {_number(a.max(), digits)}")
     return summary
-
-
-def label(node) -> str:
-    """What a tensor or node is called in tables and pictures: its name, else ``op#id``."""
-    return node.name or f"{node.op}#{node.id}"
 
 
 # ------------------------------------------------------------------ the interpreter
@@ -116,7 +110,7 @@ def feeds_by_id(target, feeds) -> dict:
     if not isinstance(feeds, dict):
         if len(holders) != 1:
             raise FeedError(f"give the feeds as a dict keyed by placeholder or name; this graph has "
-                            f"{len(holders)} placeholders ({', '.join(repr(label(n)) for n in holders)})")
+                            f"{len(holders)} placeholders ({', '.join(repr(n.label()) for n in holders)})")
         feeds = {holders[0].tensor: feeds}
     out = {}
     for key, value in feeds.items():
@@ -124,7 +118,7 @@ def feeds_by_id(target, feeds) -> dict:
         if not match:
             what = key.label() if isinstance(key, Tensor) else key
             raise FeedError(f"{what!r} is not a placeholder of this graph "
-                            f"(placeholders: {', '.join(repr(label(n)) for n in holders)})")
+                            f"(placeholders: {', '.join(repr(n.label()) for n in holders)})")
         out[match[0].id] = check_feed(match[0], value)
     return out
 
@@ -265,10 +259,10 @@ def _rows(steps, values, tensors):
         sends = []
         for x_id, c_id in step["sends"]:
             x, c = tensors.get(x_id), tensors.get(c_id)
-            sends.append({"to": x_id, "label": label(x) if x is not None else f"#{x_id}",
+            sends.append({"to": x_id, "label": x.label() if x is not None else f"#{x_id}",
                           "value": values.get(c_id), "contribution": c_id,
                           "elements": _broadcast_parts(c, x, t, values) if None not in (c, x, t) else None})
-        rows.append({"node": step["node"], "op": step["op"], "label": label(t) if t is not None else f"#{step['node']}",
+        rows.append({"node": step["node"], "op": step["op"], "label": t.label() if t is not None else f"#{step['node']}",
                      "source": t.source if t is not None else "?", "rule": _rule(step, t), "parts": parts,
                      "running": running, "gradient": values.get(step["adjoint"]), "sends": sends})
     return rows
@@ -296,8 +290,8 @@ def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
     sweeps, titles = [], []
     for steps, wrt in found:
         y = tensors.get(steps[0]["node"]) if steps else None
-        names = ", ".join(label(tensors[w]) if w in tensors else f"#{w}" for w in wrt)
-        y_name = label(y) if y is not None else "?"
+        names = ", ".join(tensors[w].label() if w in tensors else f"#{w}" for w in wrt)
+        y_name = y.label() if y is not None else "?"
         titles.append(f"backward sweep of d {y_name} / d [{names}]"
                       + (f"  (y built at {y.source})" if y is not None else ""))
         sweeps.append(_rows(steps, values, tensors))

@@ -61,13 +61,13 @@ def _fusible(node, shapes, nodes):
     return True
 
 
-def find_regions(graph, order, shapes, min_nodes=2):
+def find_regions(graph, order, shapes):
     """Regions of fusible nodes with equal shapes, and the schedule that keeps each region contiguous.
 
     A node that cannot be fused does not end the current region unless a later member needs its value:
     it is moved to just after the region (a forward loss reduction, say, then no longer splits the
     forward from the backward loop, and the values saved for the backward never leave registers).
-    Returns (regions with at least ``min_nodes`` nodes, new order).
+    Returns (regions of at least two nodes, new order).
     """
     nodes = graph.nodes
     found = _Regions()
@@ -87,7 +87,7 @@ def find_regions(graph, order, shapes, min_nodes=2):
             else:
                 found.new_order.append(i)
     found.close()
-    regions = [r for r in found.regions if len(r.nodes) >= min_nodes]
+    regions = [r for r in found.regions if len(r.nodes) >= 2]
     _connect(graph, regions)
     return regions, found.new_order
 

@@ -66,7 +66,7 @@ def _kinds_ok(node, nodes) -> bool:
     return True
 
 
-def eligible(graph, order, shapes, limit=MAX_STATEMENTS) -> bool:
+def eligible(graph, order, shapes) -> bool:
     """Whether ``graph`` should run as scalar code: ops it can compute, on kinds Python computes as numpy
     does, and fewer scalar statements than ``PER_CALL`` times the numpy calls they replace (decided from
     shapes alone, so every compile of the same graph makes the same choice)."""
@@ -81,7 +81,7 @@ def eligible(graph, order, shapes, limit=MAX_STATEMENTS) -> bool:
         calls += 1
         opdef = REGISTRY[node.op]
         total += opdef.scalar_work(node, shapes) if opdef.scalar_work else math.prod(shapes[i])
-        if total > limit:
+        if total > MAX_STATEMENTS:
             return False
     return calls > 0 and total <= PER_CALL * calls
 

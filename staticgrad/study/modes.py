@@ -16,9 +16,9 @@ import numpy as np
 from .. import eager
 from ..autodiff import grad as sg_grad
 from ..compiler import compile as sg_compile
-from ..tensor import parameter, placeholder
+from ..tensor import LEAVES, parameter, placeholder
 
-LEAF_OPS = ("placeholder", "parameter", "constant", "tensor")
+LEAF_OPS = LEAVES + (eager.LEAF_OP,)
 
 
 def _placeholder_shapes(batches):

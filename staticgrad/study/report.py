@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+from ..tensor import ROLES
 from .modes import cumulative
 
 
@@ -44,7 +45,7 @@ def format_table(result) -> str:
         ("peak memory", lambda m: _bytes(m["peak_bytes"])),
         ("nodes per step", lambda m: str(m["nodes_executed"])),
         ("  fwd/bwd/update", lambda m: "/".join(str(m["nodes_by_role"].get(r, 0))
-                                                 for r in ("forward", "backward", "update"))),
+                                                 for r in ROLES)),
         ("last loss", lambda m: f"{m['loss_last']:.6g}"),
     ]
     shapes = " ".join("x".join(map(str, s)) or "()" for s in result["batch_shapes"])
