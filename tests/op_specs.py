@@ -263,6 +263,10 @@ spec("greater", lambda x: x > 0.5, inputs(normal(2, 3)), tag="scalar", grad=Fals
 spec("greater_equal", lambda x, y: x >= y, ties(2, 3), tag="operator", grad=False, keeps_float=False)
 spec("logical_and", logical_and, inputs(bools(2, 3), bools(3)), np.logical_and, grad=False, keeps_float=False)
 spec("logical_or", logical_or, inputs(bools(2, 3), bools(3)), np.logical_or, grad=False, keeps_float=False)
+spec("logical_and", logical_and, inputs(bools(2, 3), bools(2, 3)), np.logical_and, tag="same-shape", grad=False,
+     keeps_float=False)
+spec("logical_or", logical_or, inputs(bools(3), bools(3)), np.logical_or, tag="same-shape", grad=False,
+     keeps_float=False)
 spec("stop_gradient", sg.stop_gradient, inputs(normal(2, 3)), lambda x: x, grad=False)
 
 # ------------------------------------------------------------------ dtype conversion
@@ -271,6 +275,8 @@ spec("cast", lambda x: cast(x, np.float32), inputs(normal(2, 3)), lambda x: x.as
      torch=lambda T, x: x.to(T.float32))
 spec("cast", lambda x, n: x * cast(n, np.float64), inputs(normal(2, 3), ints(-3, 4, 2, 3)),
      lambda x, n: x * n.astype(np.float64), tag="int-to-float", keeps_float=False)
+spec("cast", lambda x: cast(x > 0.0, np.float64) * x, inputs(nonzero(2, 3)), lambda x: (x > 0) * x, tag="bool-to-float",
+     torch=lambda T, x: (x > 0).to(T.float64) * x)
 spec("cast", lambda x: x.astype(np.int64) * 1.5, inputs(lambda rng: rng.integers(-3, 3, (2, 3)) + 0.5
                                                         + rng.uniform(-0.3, 0.3, (2, 3))),
      lambda x: x.astype(np.int64) * 1.5, tag="to-int-stops-gradient", keeps_float=False)
