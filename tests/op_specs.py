@@ -276,6 +276,7 @@ spec("cast", lambda x: cast(x, np.float32), inputs(normal(2, 3)), lambda x: x.as
 spec("cast", lambda x, n: x * cast(n, np.float64), inputs(normal(2, 3), ints(-3, 4, 2, 3)),
      lambda x, n: x * n.astype(np.float64), tag="int-to-float", keeps_float=False)
 spec("cast", lambda x: cast(x > 0.0, np.float64) * x, inputs(nonzero(2, 3)), lambda x: (x > 0) * x, tag="bool-to-float",
+     keeps_float=False,
      torch=lambda T, x: (x > 0).to(T.float64) * x)
 spec("cast", lambda x: x.astype(np.int64) * 1.5, inputs(lambda rng: rng.integers(-3, 3, (2, 3)) + 0.5
                                                         + rng.uniform(-0.3, 0.3, (2, 3))),

@@ -28,7 +28,7 @@ SCRATCH = 16384     # float64s in the scratch block (registers x block width): 1
 MIN_WIDTH = 8       # elements per block however many registers: one dispatch per op serves several
 SMALL = 4096        # elements: below this a numpy call costs more than the work it does
 MIN_NODES = 8       # nodes a small region needs before one kernel call beats their numpy calls
-_interpreters = {}  # frozenset of templates -> the Interpreter compiled for them
+_current = []       # the newest Interpreter: it knows every template any plan of this process brought
 _helpers = {}
 
 
@@ -166,12 +166,11 @@ def interpreter(templates) -> Interpreter:
 
     Each template's loop costs compile time (about 0.1 s), so only the templates in use are compiled.
     """
-    for known, found in _interpreters.items():
-        if templates <= known:
-            return found
-    templates = frozenset(templates).union(*_interpreters)
-    _interpreters[templates] = Interpreter(templates)
-    return _interpreters[templates]
+    if _current and templates <= _current[0].templates:
+        return _current[0]
+    known = _current[0].templates if _current else frozenset()
+    _current[:] = [Interpreter(known | templates)]
+    return _current[0]
 
 
 def worth_fusing(region, shapes, templates) -> bool:

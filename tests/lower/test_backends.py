@@ -92,10 +92,24 @@ def _one_node_region(graph, order, shapes, op):
     return node, region
 
 
-@pytest.mark.parametrize("op", [op for op in OPS if claims(REGISTRY[op], "numba")])
-def test_the_numba_loop_computes_each_op_it_claims(op):
+NUMBA_OPS = [op for op in OPS if claims(REGISTRY[op], "numba")]
+
+
+@pytest.fixture(scope="module")
+def machine():
+    """One interpreter for every template the specs bring (compiling one per op would take minutes)."""
     pytest.importorskip("numba")
-    from staticgrad.lower.numba_backend import Kernel, interpreter
+    from staticgrad.lower.numba_backend import interpreter
+    templates = set()
+    for spec in (s for s in OP_SPECS if s.op in NUMBA_OPS):
+        _, graph, order, shapes = concrete(spec, spec.draw())
+        templates.update(fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in order)
+    return interpreter(frozenset(templates - {None}))
+
+
+@pytest.mark.parametrize("op", NUMBA_OPS)
+def test_the_numba_loop_computes_each_op_it_claims(op, machine):
+    from staticgrad.lower.numba_backend import Kernel
     ran = 0
     for spec in specs_of(op):
         arrays = spec.draw()
@@ -109,8 +123,6 @@ def test_the_numba_loop_computes_each_op_it_claims(op):
             n = graph.nodes[i]
             if i not in values:
                 values[i] = np.asarray(REGISTRY[n.op].kernel(*(values[j] for j in n.inputs), **n.attrs))
-        template = fuse.template(graph.nodes, shapes, node)
-        machine = interpreter(frozenset({template}))
         kernel = Kernel(fuse.lower(graph, region, shapes, machine.opcode), machine.run)
         (got,) = kernel(*(values[j] for j in region.inputs))
         with np.errstate(all="ignore"):

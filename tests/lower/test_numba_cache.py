@@ -18,7 +18,7 @@ for _ in range(12):
 loss = sg.sum(h)
 fn = sg.compile([loss] + sg.grad(loss, [x]), inputs=[x], backend="numba")
 loss, g = fn(np.linspace(-0.2, 0.2, 10))
-stats = [i.run.stats for i in numba_backend._interpreters.values()]
+stats = [i.run.stats for i in numba_backend._current]
 print(sum(sum(s.cache_hits.values()) for s in stats), float(loss).hex(), *[float(v).hex() for v in g])
 """
 
