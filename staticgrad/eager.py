@@ -22,7 +22,8 @@ from .autodiff import Mode, reverse_sweep, stable_twin
 from .graph import ancestors, reverse_order
 from .ops import registry
 from .ops.registry import REGISTRY
-from .tensor import _PACKAGE_DIR, CONTEXT, VARIABLES, GradError, ShapeError, Tensor, _ids, format_shape, user_frame
+from .tensor import (_PACKAGE_DIR, CONTEXT, VARIABLES, GradError, ShapeError, Tensor, _ids, building, format_shape,
+                     user_frame)
 
 __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
 
@@ -246,6 +247,8 @@ def _infer(opdef, inputs, attrs):
 def _source():
     """What tensor.user_frame gives (the user's file:line), with the per-file test cached: eager mode
     pays this on every op of every step."""
+    if CONTEXT.source is not None:
+        return CONTEXT.source        # (a backward sweep's: the line that asked for it)
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
@@ -356,18 +359,20 @@ def _sweep(roots, seeds, create_graph, collect):
     """Push ``seeds`` back from ``roots`` through the tape (the sweep sg.grad runs). With ``collect`` (a set
     of ids) return those adjoints; without it, accumulate into the ``.grad`` of leaves that require grad."""
     saved = STATE.grad_enabled
-    STATE.grad_enabled = True            # a stable twin's new tensors must be on the tape
-    try:
-        order, roots, back = _stable(roots, collect)
-    finally:
-        STATE.grad_enabled = saved
-    STATE.grad_enabled = bool(create_graph)
-    try:
-        mode = _Eager(collect, create_graph, seeds, back)
-        reverse_sweep(order, list(zip(roots, seeds)), mode)
-        return mode.found
-    finally:
-        STATE.grad_enabled = saved
+    # Built-in VJP rules are package code: what they make belongs to the user's line that asked for it.
+    with building(source=user_frame()):
+        STATE.grad_enabled = True            # a stable twin's new tensors must be on the tape
+        try:
+            order, roots, back = _stable(roots, collect)
+        finally:
+            STATE.grad_enabled = saved
+        STATE.grad_enabled = bool(create_graph)
+        try:
+            mode = _Eager(collect, create_graph, seeds, back)
+            reverse_sweep(order, list(zip(roots, seeds)), mode)
+            return mode.found
+        finally:
+            STATE.grad_enabled = saved
 
 
 def _stable(roots, collect):

@@ -117,8 +117,8 @@ class OpDef:
 
 def is_a(node, flag) -> bool:
     """Whether a tensor or IR node is made by an op with ``flag`` (a leaf is made by none)."""
-    opdef = REGISTRY.get(node.op)
-    return opdef is not None and opdef.has(flag)
+    opdef = REGISTRY.get(node.op)        # (the passes ask this of every node: no further calls)
+    return opdef is not None and opdef.flags & flag != 0
 
 
 def defop(name, kernel, infer, vjp=None, flags=0, doc="", **facts) -> OpDef:

@@ -99,13 +99,16 @@ def run(graph):
     their static shape is fully known. Results equal what the node would compute at run time.
     """
     folded = 0
+    # what may fold: a constant, or a broadcast of one, among the inputs; or an input read for its shape
+    foldable = {"constant"} | {name for name, op in REGISTRY.items() if op.has(BROADCAST)}
+    shape_readers = {name for name, op in REGISTRY.items() if op.has(SHAPE_ONLY) or op.has(SHAPE_REF)}
 
     def visit(new, node):
         nonlocal folded
         if node.op in LEAVES:
             return node.id
         inputs = [new.nodes[i] for i in node.inputs]
-        if not any(x.op == "constant" or _broadcast(x) for x in inputs) and not _ref_positions(node):
+        if node.op not in shape_readers and not any(x.op in foldable for x in inputs):
             return node.id          # the common case: nothing constant to fold here
         value = evaluate(node, inputs)
         if value is not None:
