@@ -294,6 +294,7 @@ def _loadavg():
 
 def machine_info() -> dict:
     import numpy as np
+
     import staticgrad
     cpu = platform.processor()
     try:

@@ -15,9 +15,9 @@ import os
 
 import staticgrad as sg
 from staticgrad.graph import Graph
-from staticgrad.passes import DEFAULT, resolve, pass_name
 from staticgrad.lower.costs import costs
 from staticgrad.lower.shapes import concrete_shapes
+from staticgrad.passes import DEFAULT, pass_name, resolve
 
 from . import impl_staticgrad, workloads
 

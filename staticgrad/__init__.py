@@ -33,8 +33,17 @@ from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, load, load_parameters, save, save_parameters
 from .report import Report
-from .tensor import (FeedError, GradError, ShapeError, StaticgradError, Tensor, constant, name_scope, parameter,
-                     placeholder)
+from .tensor import (
+    FeedError,
+    GradError,
+    ShapeError,
+    StaticgradError,
+    Tensor,
+    constant,
+    name_scope,
+    parameter,
+    placeholder,
+)
 
 __version__ = "0.1.0"
 

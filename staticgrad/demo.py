@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 
-
 from . import data, nn, optim
 from .autodiff import grad
 from .compiler import compile

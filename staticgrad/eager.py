@@ -22,8 +22,18 @@ from .autodiff import Mode, reverse_sweep, stable_twin
 from .graph import ancestors, reverse_order
 from .ops import registry
 from .ops.registry import REGISTRY
-from .tensor import (_PACKAGE_DIR, CONTEXT, VARIABLES, GradError, ShapeError, Tensor, _ids, building, format_shape,
-                     user_frame)
+from .tensor import (
+    _PACKAGE_DIR,
+    CONTEXT,
+    VARIABLES,
+    GradError,
+    ShapeError,
+    Tensor,
+    _ids,
+    building,
+    format_shape,
+    user_frame,
+)
 
 __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
 

@@ -81,8 +81,8 @@ class Function:
         names = [f"a{k}" for k in range(len(self.feeds.nodes))]
         lines = [f"def fast({', '.join(names)}):"]
         for k, name in enumerate(names):
-            lines.append(f"    if type({name}) is not ndarray or {name}.dtype is not D{k} or not {name}.flags.c_contiguous: "
-                         f"{name} = check(N{k}, {name})")
+            lines.append(f"    if type({name}) is not ndarray or {name}.dtype is not D{k} "
+                         f"or not {name}.flags.c_contiguous: {name} = check(N{k}, {name})")
         key = "(" + "".join(f"{n}.shape, " for n in names) + ")"
         lines += [f"    program = plans.get({key})",
                   f"    if program is None: return call(({', '.join(names)},))" if names else

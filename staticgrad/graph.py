@@ -96,13 +96,13 @@ class Node:
         self.meta = meta
 
     @classmethod
-    def from_tensor(cls, t: Tensor) -> "Node":
+    def from_tensor(cls, t: Tensor) -> Node:
         return cls(t.op, [x.id for x in t.inputs], t.attrs, t.shape, t.dtype, t.name, t.role,
                    t._value if t.op == "constant" else None, t.source, t.scope,
                    t.adjoint_of.id if t.adjoint_of is not None else None, t.rule, t.requires_grad,
                    tensor=t, id=t.id, meta=t.meta)
 
-    def copy(self, **changes) -> "Node":
+    def copy(self, **changes) -> Node:
         new = Node.__new__(Node)
         new.id, new.op, new.inputs, new.attrs = self.id, self.op, self.inputs, self.attrs
         new.shape, new.dtype, new.name, new.role = self.shape, self.dtype, self.name, self.role
@@ -138,7 +138,7 @@ class Graph:
         self.inputs = list(inputs)             # placeholder node ids, in call order
 
     @classmethod
-    def from_tensors(cls, outputs, updates=(), inputs=()) -> "Graph":
+    def from_tensors(cls, outputs, updates=(), inputs=()) -> Graph:
         roots = list(outputs) + [e for _, e in updates] + [p for p, _ in updates] + list(inputs)
         found = ancestors(roots)
         nodes = {i: Node.from_tensor(found[i]) for i in sorted(found)}
@@ -149,7 +149,7 @@ class Graph:
         self.nodes[node.id] = node
         return node.id
 
-    def rebuild(self, visit) -> "Graph":
+    def rebuild(self, visit) -> Graph:
         """A new graph made by calling ``visit(new_graph, node)`` on every node in order.
 
         ``node``'s inputs already point at their replacements (it is a copy when they changed, else the
@@ -186,7 +186,7 @@ class Graph:
                     nodes[i] = node.copy(adjoint_of=target)
         return new
 
-    def without_dead(self) -> "Graph":
+    def without_dead(self) -> Graph:
         """The same graph less the nodes nothing needs (what rewrites left behind)."""
         live = self.live()
         if len(live) == len(self.nodes):

@@ -8,14 +8,27 @@ central finite differences are valid, and shapes are small because finite differ
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 import staticgrad as sg
-from staticgrad.ops import (broadcast_to, cast, equal, expand_dims, greater, greater_equal, less, less_equal,
-                            logical_and, logical_or, not_equal, sign, squeeze)
+from staticgrad.ops import (
+    broadcast_to,
+    cast,
+    equal,
+    expand_dims,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    logical_and,
+    logical_or,
+    not_equal,
+    sign,
+    squeeze,
+)
 from staticgrad.ops.registry import apply
 from staticgrad.ops.shape import normalize_index
 

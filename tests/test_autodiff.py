@@ -335,7 +335,7 @@ def test_backward_nodes_name_the_grad_line_or_a_custom_vjps_own_line():
     try:
         x = sg.placeholder((3,), name="x", requires_grad=True)
         y = sg.sum(sg.sin(apply("test_double", (x,))))
-        (gx,) = sg.grad(y, [x]); grad_line = sys._getframe().f_lineno
+        (gx,) = sg.grad(y, [x]); grad_line = sys._getframe().f_lineno  # noqa: E702 (one line: the same line number)
     finally:
         del REGISTRY["test_double"]          # other tests enumerate the registry
     lines = set()

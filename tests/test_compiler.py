@@ -105,7 +105,7 @@ def test_graph_is_a_networkx_digraph_with_the_documented_attributes(rng):
     fn = sg.compile([loss] + grads, inputs=[x, t], updates=[(p, p - 0.1 * g) for p, g in zip(params, grads)])
     assert isinstance(fn.graph, nx.DiGraph)
     assert nx.is_directed_acyclic_graph(fn.graph)
-    for node, data in fn.graph.nodes(data=True):
+    for _, data in fn.graph.nodes(data=True):
         assert isinstance(data["op"], str)
         assert data["role"] in ("forward", "backward", "update")
         assert isinstance(data["shape"], tuple) and all(d is None or isinstance(d, int) for d in data["shape"])
@@ -322,7 +322,7 @@ def test_optimize_does_not_change_results(name, rng, compile_both):
 
 
 def test_optimized_graph_is_no_bigger(rng):
-    for name, (outputs, inputs, feeds) in _zoo(rng).items():
+    for name, (outputs, inputs, _) in _zoo(rng).items():
         fast = sg.compile(outputs, inputs=inputs)
         slow = sg.compile(outputs, inputs=inputs, optimize=False)
         assert fast.graph.number_of_nodes() <= slow.graph.number_of_nodes(), name

@@ -28,7 +28,8 @@ def test_drop_last_skips_the_short_batch():
 
 def test_shuffle_is_seeded_keeps_pairs_together_and_changes_each_epoch():
     X, y = np.arange(20), np.arange(20) * 10
-    a, b = data.batches(X, y, batch_size=5, shuffle=True, seed=3), data.batches(X, y, batch_size=5, shuffle=True, seed=3)
+    a = data.batches(X, y, batch_size=5, shuffle=True, seed=3)
+    b = data.batches(X, y, batch_size=5, shuffle=True, seed=3)
     first_a, first_b = [xb for xb, _ in a], [xb for xb, _ in b]
     for xa, xb in zip(first_a, first_b):
         np.testing.assert_array_equal(xa, xb)

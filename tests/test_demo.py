@@ -21,8 +21,8 @@ def test_demo_trains_and_reports_accuracy(ran):
     assert result["accuracy"] >= 0.9
     assert result["loss"][-1] < result["loss"][0]
     assert any(line.startswith("epoch    1  loss") for line in lines)       # no bar off a terminal: lines
-    assert f"test accuracy {result['accuracy']:.3f}" in lines[[k for k, l in enumerate(lines)
-                                                               if l.startswith("final:")][0]]
+    assert f"test accuracy {result['accuracy']:.3f}" in lines[[k for k, line in enumerate(lines)
+                                                               if line.startswith("final:")][0]]
 
 
 def test_demo_writes_forward_backward_pictures_source_and_model(ran):

@@ -87,7 +87,7 @@ def test_gradients_at_forks_have_the_bits_of_static_mode(optimize):
         x = sg.placeholder((5, 3), name="x")
         W, b = sg.parameter(Wv.copy(), name="W"), sg.parameter(bv.copy(), name="b")
         fn = sg.compile(sg.grad(_forking_model(x, W, b), [W, b]), inputs=[x], optimize=optimize)
-        fn.backend = fn.backend.replace(scalar=False)               # (scalar code's matrix products round as BLAS's may not)
+        fn.backend = fn.backend.replace(scalar=False)     # (scalar code's matrix products round as BLAS's may not)
         We, be = eager.tensor(Wv, requires_grad=True), eager.tensor(bv, requires_grad=True)
         _forking_model(eager.tensor(X), We, be).backward()
         for got, want in zip((We.grad, be.grad), fn(X)):

@@ -301,7 +301,7 @@ def test_an_output_viewing_an_update_does_not_alias_the_parameter():
     W_new = W - 0.5 * (x * x)            # written over a dying workspace value: could be handed to W
     fn = sg.compile([sg.transpose(W_new), sg.reshape(W_new, (600,))], inputs=[x], updates=[(W, W_new)])
     kept = []
-    for k in range(3):
+    for _ in range(3):
         t_view, flat = fn(np.full((20, 30), 2.0))
         assert fn.report().summary["program"] == "numpy"
         assert not np.shares_memory(t_view, W.value) and not np.shares_memory(flat, W.value)
@@ -473,7 +473,7 @@ def test_a_step_whose_updates_all_stay_in_their_buffers_skips_the_general_checks
 
 
 def _tracer(frame, event, arg):
-    frame.f_locals               # as a debugger does: local variables copied into a dict on every line
+    _ = frame.f_locals           # as a debugger does: local variables copied into a dict on every line
     return _tracer
 
 

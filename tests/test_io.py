@@ -214,7 +214,8 @@ def test_structural_damage_is_rejected(tmp_path):
     edits = {
         "inputs must be ids of earlier nodes": forward_reference,
         "bad outputs": lambda doc: doc["function"].update(outputs=[123456]),
-        "has no .or a repeated. value": lambda doc: doc["parameters"].append({"key": "p9", "name": "z", "shape": [], "dtype": "float64"}),
+        "has no .or a repeated. value": lambda doc: doc["parameters"].append(
+            {"key": "p9", "name": "z", "shape": [], "dtype": "float64"}),
         "format version": lambda doc: doc.update(version=99),
         "bad role": lambda doc: _node(doc, "tanh").update(role="sideways"),
     }
@@ -312,7 +313,8 @@ def test_a_loaded_function_lists_its_parameters(tmp_path):
 def test_a_name_load_would_refuse_is_refused_at_save(tmp_path, name):
     x = sg.placeholder((2,), name="x")
     W = sg.parameter(np.ones(2), name=name)
-    with pytest.raises(ValueError, match="save: the name of parameter node .*" + re.escape(repr(name[:20])[:-1])) as info:
+    message = "save: the name of parameter node .*" + re.escape(repr(name[:20])[:-1])
+    with pytest.raises(ValueError, match=message) as info:
         sgio.save(sg.compile(x * W, inputs=[x]), tmp_path / "f.npz")
     assert not isinstance(info.value, LoadError)
     with pytest.raises(ValueError, match="printable one-line"):

@@ -65,7 +65,7 @@ def test_linear_without_bias_and_in_float32():
 
 def test_mlp_matches_a_numpy_forward_pass(rng):
     mlp = nn.MLP([2, 5, 3, 1], activation="tanh", seed=3)
-    assert [l.weight.shape for l in mlp.layers] == [(2, 5), (5, 3), (3, 1)]
+    assert [layer.weight.shape for layer in mlp.layers] == [(2, 5), (5, 3), (3, 1)]
     assert len(mlp.parameters()) == 6
     x = sg.placeholder((None, 2))
     X = rng.normal(size=(7, 2))

@@ -544,7 +544,8 @@ def test_the_gradients_building_blocks_as_functions():
             sg.getitem_grad(b, (2, 3), (1,)), sg.one_hot(t, x), sg.softmax_cross_entropy_grad(x, t),
             sg.ops.split(sg.concatenate([x, y]), [x, y], axis=0, part=1)]
     rng = np.random.default_rng(5)
-    X, B, T, Y = rng.standard_normal((4, 3)), rng.standard_normal(3), np.array([0, 2, 1, 2]), rng.standard_normal((2, 3))
+    X, B, T = rng.standard_normal((4, 3)), rng.standard_normal(3), np.array([0, 2, 1, 2])
+    Y = rng.standard_normal((2, 3))
     got = sg.compile(outs, inputs=[x, b, t, y])(X, B, T, Y)
     e = np.exp(X - X.max(axis=1, keepdims=True))
     want = [X.sum(axis=0), np.broadcast_to(B, (4, 3)), X, np.int64(12), np.float32(3),

@@ -8,8 +8,17 @@ import staticgrad as sg
 from staticgrad import stable
 from staticgrad.graph import Graph, topological_order
 from staticgrad.passes import simplify
-from staticgrad.rewrite import (IRRewriter, apply_rules, is_scalar_const, peel_layout, rewrite_graph,
-                                rewrite_tensors, same_type, scalar_value, wrap_layout)
+from staticgrad.rewrite import (
+    IRRewriter,
+    apply_rules,
+    is_scalar_const,
+    peel_layout,
+    rewrite_graph,
+    rewrite_tensors,
+    same_type,
+    scalar_value,
+    wrap_layout,
+)
 
 
 def graph_of(*outputs, inputs=()):

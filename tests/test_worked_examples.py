@@ -4,8 +4,7 @@ import pytest
 
 import staticgrad as sg
 from staticgrad.graph import ancestors
-from staticgrad.study.workloads import (SIGMOID_NET_BATCH, SIGMOID_NET_NAMES, SIGMOID_NET_PARAMS,
-                                          sigmoid_net_graph)
+from staticgrad.study.workloads import SIGMOID_NET_BATCH, SIGMOID_NET_NAMES, SIGMOID_NET_PARAMS, sigmoid_net_graph
 from tests.worked import example1
 
 

@@ -2,8 +2,8 @@
 import numpy as np
 
 from ..graph import Graph, ancestors
-from ..tensor import Tensor
 from ..passes import DEFAULT, pass_name, resolve
+from ..tensor import Tensor
 
 
 def _evaluate(graph, feeds):

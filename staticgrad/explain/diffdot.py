@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pydot
 
-from .dot import draw, picture_of
 from ..graph import Graph
+from .dot import draw, picture_of
 from .trace import format_value
 
 REMOVED = {"fillcolor": "#eeeeee", "fontcolor": "#808080", "color": "#d62728", "style": "filled,dotted",

@@ -18,7 +18,6 @@ from ..ops.registry import REGISTRY
 from ..tensor import LEAVES, FeedError, Tensor, format_shape
 
 
-
 # ------------------------------------------------------------------ formatting
 def _number(x, digits) -> str:
     if isinstance(x, (bool, np.bool_)):
@@ -262,7 +261,8 @@ def _rows(steps, values, tensors):
             sends.append({"to": x_id, "label": x.label() if x is not None else f"#{x_id}",
                           "value": values.get(c_id), "contribution": c_id,
                           "elements": _broadcast_parts(c, x, t, values) if None not in (c, x, t) else None})
-        rows.append({"node": step["node"], "op": step["op"], "label": t.label() if t is not None else f"#{step['node']}",
+        name = t.label() if t is not None else f"#{step['node']}"
+        rows.append({"node": step["node"], "op": step["op"], "label": name,
                      "source": t.source if t is not None else "?", "rule": _rule(step, t), "parts": parts,
                      "running": running, "gradient": values.get(step["adjoint"]), "sends": sends})
     return rows

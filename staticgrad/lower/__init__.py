@@ -38,7 +38,7 @@ class Backend:
             require()
         self.name, self.scalar, self.memory_planning = name, bool(scalar), bool(memory_planning)
 
-    def replace(self, **changes) -> "Backend":
+    def replace(self, **changes) -> Backend:
         """A backend like this one with ``changes`` (name, scalar, memory_planning)."""
         settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning}
         return Backend(**{**settings, **changes})

@@ -198,7 +198,7 @@ class Template:
         self.pure = not any(isinstance(n, ast.Call) for n in ast.walk(ast.parse(self.body, mode="eval")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _split(template) -> Template:
     return Template(template)
 

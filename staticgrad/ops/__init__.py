@@ -5,16 +5,36 @@ new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``
 ``sg.<name>`` follow.
 """
 from . import elementary, elementwise, linalg, methods, nn, powers, reduce, shape  # noqa: F401  (they register)
-from .registry import (BACKENDS, BROADCAST, C_ORDER, COMMUTATIVE, ELEMENTWISE, IDENTITY, INPLACE, LAYOUT, NONDIFF,
-                       OUT, REARRANGES, REGISTRY, SHAPE_OF_REF, SHAPE_ONLY, SHAPE_REF, VIEW, OpDef, apply, as_tensor,
-                       coerce, defop)
+from .registry import (
+    BACKENDS,
+    BROADCAST,
+    C_ORDER,
+    COMMUTATIVE,
+    ELEMENTWISE,
+    IDENTITY,
+    INPLACE,
+    LAYOUT,
+    NONDIFF,
+    OUT,
+    REARRANGES,
+    REGISTRY,
+    SHAPE_OF_REF,
+    SHAPE_ONLY,
+    SHAPE_REF,
+    VIEW,
+    OpDef,
+    apply,
+    as_tensor,
+    coerce,
+    defop,
+)
 
 methods.attach()
 
-FLAGS = ["BROADCAST", "C_ORDER", "COMMUTATIVE", "ELEMENTWISE", "IDENTITY", "INPLACE", "LAYOUT", "NONDIFF", "OUT",
-         "REARRANGES", "SHAPE_OF_REF", "SHAPE_ONLY", "SHAPE_REF", "VIEW"]
+__all__ = ["BACKENDS", "BROADCAST", "C_ORDER", "COMMUTATIVE", "ELEMENTWISE", "IDENTITY", "INPLACE", "LAYOUT",
+           "NONDIFF", "OUT", "REARRANGES", "REGISTRY", "SHAPE_OF_REF", "SHAPE_ONLY", "SHAPE_REF", "VIEW", "OpDef",
+           "apply", "as_tensor", "coerce", "defop", "power"]
 OPS = {name: opdef.function for name, opdef in REGISTRY.items()}
 globals().update(OPS)
 power = powers.power         # numpy's other name for pow
-
-__all__ = sorted(OPS) + ["power", "BACKENDS", "OpDef", "REGISTRY", "apply", "as_tensor", "coerce", "defop"] + FLAGS
+__all__ += sorted(OPS)

@@ -5,8 +5,20 @@ import math
 
 import numpy as np
 
-from .registry import (COMMUTATIVE, ELEMENTWISE, IDENTITY, INPLACE, OUT, VIEW, apply, broadcast_shapes, coerce,
-                       defop, elementwise_spec, kernel_dtype)
+from .registry import (
+    COMMUTATIVE,
+    ELEMENTWISE,
+    IDENTITY,
+    INPLACE,
+    OUT,
+    VIEW,
+    apply,
+    broadcast_shapes,
+    coerce,
+    defop,
+    elementwise_spec,
+    kernel_dtype,
+)
 
 
 # ------------------------------------------------------------------ public functions from registrations

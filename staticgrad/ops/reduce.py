@@ -6,10 +6,23 @@ import math
 import numpy as np
 
 from ..tensor import ShapeError, constant, format_shape, user_frame
-from .elementwise import as_float, cast, equal
 from .elementary import exp
-from .registry import (BROADCAST, LAYOUT, NONDIFF, OUT, REARRANGES, SHAPE_ONLY, SHAPE_OF_REF, SHAPE_REF, VIEW,
-                       apply, broadcast_shapes, coerce, defop, kernel_dtype)
+from .elementwise import as_float, cast, equal
+from .registry import (
+    BROADCAST,
+    LAYOUT,
+    OUT,
+    REARRANGES,
+    SHAPE_OF_REF,
+    SHAPE_ONLY,
+    SHAPE_REF,
+    VIEW,
+    apply,
+    broadcast_shapes,
+    coerce,
+    defop,
+    kernel_dtype,
+)
 from .shape import SPECIALIZED, identity_of, op_axes
 
 
@@ -271,9 +284,10 @@ def _broadcast_like_specialize(node, shapes, nodes):
 # The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back.
 _BROADCAST_TO = defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,),
                       VIEW | BROADCAST | REARRANGES, torch=lambda T, x, shape: x.expand(shape))
-_BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec, lambda g, out, x, ref: (g, None),
-                        VIEW | SHAPE_REF | BROADCAST | SHAPE_OF_REF, specialize=_broadcast_like_specialize,
-                        unsupported={"scalar": SPECIALIZED}, torch=lambda T, x, ref: x.expand(ref.shape))
+_BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec,
+                        lambda g, out, x, ref: (g, None), VIEW | SHAPE_REF | BROADCAST | SHAPE_OF_REF,
+                        specialize=_broadcast_like_specialize, unsupported={"scalar": SPECIALIZED},
+                        torch=lambda T, x, ref: x.expand(ref.shape))
 
 
 @_BROADCAST_LIKE.publish

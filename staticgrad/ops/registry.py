@@ -213,7 +213,7 @@ def broadcast_shapes(*shapes):
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_dtype(kernel, dtypes, attrs_key=()):
     """The dtype numpy gives for ``kernel`` on these input dtypes (exact numpy promotion, cached)."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):

@@ -4,8 +4,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import ShapeError, format_shape, user_frame
-from .registry import (LAYOUT, NONDIFF, REARRANGES, SHAPE_ONLY, SHAPE_OF_REF, SHAPE_REF, VIEW, apply, coerce, defop,
-                       integers, normalize_axis)
+from .registry import (
+    LAYOUT,
+    NONDIFF,
+    REARRANGES,
+    SHAPE_OF_REF,
+    SHAPE_ONLY,
+    SHAPE_REF,
+    VIEW,
+    apply,
+    coerce,
+    defop,
+    integers,
+    normalize_axis,
+)
 
 # Why an op that a plan rewrites at its concrete sizes needs no lowering of its own.
 SPECIALIZED = "rewritten into other ops once a plan knows every size"
@@ -368,7 +380,7 @@ def _concat_vjp(g, out, *xs, axis):
     sizes = [x.shape[axis] for x in xs]
     if None not in sizes:
         grads, start = [], 0
-        for x, n in zip(xs, sizes):
+        for n in sizes:
             index = (slice(None),) * axis + (slice(start, start + n),)
             grads.append(getitem(g, index))
             start += n

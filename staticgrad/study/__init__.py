@@ -22,13 +22,30 @@ from .. import eager
 from ..autodiff import grad as sg_grad
 from ..compiler import compile as sg_compile
 from ..graph import ancestors
-from .modes import (CLOCK, LEAF_OPS, Clock, Mode, build_static, cumulative, eager_mode,  # noqa: F401
-                          eager_step, interleaved, static_mode)
+from ..tensor import parameter, placeholder
+from .modes import (  # noqa: F401
+    CLOCK,
+    LEAF_OPS,
+    Clock,
+    Mode,
+    build_static,
+    cumulative,
+    eager_mode,
+    eager_step,
+    interleaved,
+    static_mode,
+)
 from .report import findings, format_table, plot, save_json, summary_table  # noqa: F401
 from .torch import Unsupported, torch_mode, torch_program, torch_threads, torch_wanted  # noqa: F401
-from .workloads import (SIGMOID_NET_BATCH, SIGMOID_NET_PARAMS, deep_chain,  # noqa: F401
-                              mlp_relu_softmax, mlp_tanh_logistic, sigmoid_net, workloads)
-from ..tensor import parameter, placeholder
+from .workloads import (  # noqa: F401
+    SIGMOID_NET_BATCH,
+    SIGMOID_NET_PARAMS,
+    deep_chain,
+    mlp_relu_softmax,
+    mlp_tanh_logistic,
+    sigmoid_net,
+    workloads,
+)
 
 
 # ------------------------------------------------------------------ inputs

@@ -10,7 +10,6 @@ from ..tensor import ROLES
 from .modes import cumulative
 
 
-
 def save_json(results, path):
     with open(path, "w") as f:
         json.dump(results, f, indent=1)

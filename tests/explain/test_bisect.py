@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad.graph import Node
 from staticgrad.explain import bisect
+from staticgrad.graph import Node
 from staticgrad.passes import DEFAULT, PassStats
 
 

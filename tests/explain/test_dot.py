@@ -279,7 +279,8 @@ def _double_to_add(graph):
 def test_diff_dot_marks_what_each_pass_did():
     t = example1()
     gu = sg.grad(t["y"], t["u"])
-    fn = sg.compile([t["y"], gu], inputs=[t["u"], t["v"]], passes=[PASSES["constant_fold"], _double_to_add, PASSES["dce"]])
+    passes = [PASSES["constant_fold"], _double_to_add, PASSES["dce"]]
+    fn = sg.compile([t["y"], gu], inputs=[t["u"], t["v"]], passes=passes)
     rows = {r["pass"]: r for r in fn.report().rows}
     assert rows["double_to_add"]["added_ids"] and rows["dce"]["removed_ids"] and rows["constant_fold"]["replaced_ids"]
     dot = diff_dot(fn)

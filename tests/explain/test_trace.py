@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad.study.workloads import sigmoid_net_graph
 from staticgrad.explain.trace import evaluate, format_value, trace
+from staticgrad.study.workloads import sigmoid_net_graph
 from tests.worked import example1
 
 

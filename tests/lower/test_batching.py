@@ -21,7 +21,7 @@ def chain(size, cycles, extra_outputs=False):
 
 def unbatched(outs, x):
     fn = sg.compile(outs, inputs=[x])
-    fn.backend = fn.backend.replace(memory_planning=False)          # no workspace and no batching: one numpy call per node
+    fn.backend = fn.backend.replace(memory_planning=False)     # no workspace, no batching: one numpy call per node
     return fn
 
 
@@ -81,7 +81,7 @@ def test_batching_keeps_training_updates_exact():
 
 def _numpy_plan(outs, x):
     fn = sg.compile(outs, inputs=[x])
-    fn.backend = fn.backend.replace(scalar=False)                   # tiny plans would otherwise run as Python float code
+    fn.backend = fn.backend.replace(scalar=False)              # tiny plans would otherwise run as Python float code
     return fn
 
 

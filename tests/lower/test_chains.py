@@ -14,7 +14,7 @@ def _plans(outs, inputs):
     slow = sg.compile(outs, inputs=inputs)
     slow.backend = slow.backend.replace(memory_planning=False)        # no workspace, no batching, no scans
     for fn in (fast, slow):
-        fn.backend = fn.backend.replace(scalar=False)               # tiny float64 plans would otherwise run as Python float code
+        fn.backend = fn.backend.replace(scalar=False)     # tiny float64 plans would otherwise run as Python float code
     return fast, slow
 
 
@@ -119,7 +119,8 @@ def test_a_returned_link_ends_the_chain_and_never_lives_in_a_scan_buffer():
     _same(fast, slow, X2)
     for a, b in zip(first, before):      # a later call must not change what an earlier one returned
         np.testing.assert_array_equal(a, b)
-    assert fast.program.stats.get("scans", 0) == 2             # links 0-5, then 7-11: the returned link 6 is computed alone
+    # links 0-5, then 7-11: the returned link 6 is computed alone
+    assert fast.program.stats.get("scans", 0) == 2
 
 
 def test_a_factor_computed_after_the_chain_starts_ends_the_chain():

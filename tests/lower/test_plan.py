@@ -6,10 +6,10 @@ import pytest
 
 import staticgrad as sg
 from staticgrad.graph import Graph, Node
-from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
 from staticgrad.lower.costs import costs
 from staticgrad.lower.memory import plan_memory
 from staticgrad.lower.shapes import concrete_shapes, skip_identities, specialize
+from staticgrad.ops.registry import ELEMENTWISE, REGISTRY, VIEW
 
 
 def build_mlp(rng, batch=None, sizes=(4, 16, 16, 3)):
@@ -154,7 +154,7 @@ def test_in_place_over_an_operand_read_through_a_transposed_view(rng):
 def test_chain_of_elementwise_ops_runs_in_place(rng):
     x = sg.placeholder((100,), name="x")
     y = x
-    for k in range(8):
+    for _ in range(8):
         y = sg.tanh(y * 1.5 + 0.1)
     y = sg.sum(y)
     fn = sg.compile(y, inputs=[x])
@@ -428,7 +428,8 @@ def test_tiny_float_graphs_run_as_scalar_code():
     assert "[[u1_0, u1_1], [u1_2, u1_3]] = x.tolist()" in fn.source and "reshape(-1)" not in fn.source
 
 
-@pytest.mark.parametrize("numbers", [(1.0, 3.0), (-0.0, 0.0), (np.inf, -np.inf), (1e308, 10.0), (2.0, 0.0), (np.nan, 1.0)])
+@pytest.mark.parametrize("numbers", [(1.0, 3.0), (-0.0, 0.0), (np.inf, -np.inf), (1e308, 10.0), (2.0, 0.0),
+                                     (np.nan, 1.0)])
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_scalar_code_folds_arithmetic_on_two_known_numbers_as_numpy_computes_it(op, numbers):
     # signed zeros, inf - inf, overflow; a division by zero is left to run (it raises, and the numpy plan
@@ -479,7 +480,7 @@ def test_a_gradient_that_needs_no_reduction_at_these_sizes_passes_without_a_call
     y = sg.sum(sg.tanh(x) * 2.0 + x)
     g, = sg.grad(y, [x])
     fn = sg.compile([y, g], inputs=[x])
-    fn.backend = fn.backend.replace(scalar=False)                   # the numpy plan (a tiny one would run as Python float code)
+    fn.backend = fn.backend.replace(scalar=False)     # the numpy plan (a tiny one would run as Python float code)
     assert any(n.op == "sum_like" for n in fn.ir.nodes.values())
     X = rng.normal(size=5)
     loss, grad = fn(X)

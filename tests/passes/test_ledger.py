@@ -4,8 +4,8 @@ import pytest
 
 import staticgrad as sg
 from staticgrad import passes
-from staticgrad.passes import DEFAULT, PASSES, PassStats
 from staticgrad.lower.costs import costs
+from staticgrad.passes import DEFAULT, PASSES, PassStats
 
 ROW_KEYS = {"pass", "nodes_before", "nodes_after", "seconds", "changed", "removed", "added", "fixed_point",
             "flops", "peak_bytes", "peak_bytes_unplanned"}

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import staticgrad as sg
 from staticgrad.graph import Graph, ancestors
+from staticgrad.lower.shapes import concrete_shapes
 from staticgrad.ops.registry import broadcast_shapes
 from staticgrad.passes import DEFAULT, PASSES
-from staticgrad.lower.shapes import concrete_shapes
 from tests.lower.test_plan import check_plan_is_safe, plan_for
 
 PHASES = tuple(Phase) if os.environ.get("STATICGRAD_SHRINK") else (Phase.explicit, Phase.reuse, Phase.generate)
