@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench peers clean
+.PHONY: demo test test-slow lint bench peers clean
 
 $(BIN)/staticgrad: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,15 @@ $(BIN)/staticgrad: pyproject.toml
 demo: $(BIN)/staticgrad
 	$(BIN)/staticgrad demo
 
+# The quick suite (under two minutes); .ci/run also runs the slow tests and the linter.
 test: $(BIN)/staticgrad
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(BIN)/staticgrad
+	$(BIN)/python -m pytest -m slow
+
+lint: $(BIN)/staticgrad
+	$(BIN)/ruff check staticgrad tests benchmarks examples docs
 
 # OpenBLAS kernel overrides slow a current numpy: unset them for measuring only, never for tests.
 bench: $(BIN)/staticgrad

@@ -11,6 +11,8 @@ same order, and their gradients have the same bits.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import networkx as nx
 
 from . import stable
@@ -20,7 +22,7 @@ from .ops.reduce import broadcast_to
 from .ops.reduce import sum as reduce_sum
 from .ops.registry import REGISTRY, apply, as_tensor, broadcast_shapes
 from .rewrite import rewrite_tensors
-from .tensor import CONTEXT, GradError, Tensor, building, format_shape, gc_paused, user_frame
+from .tensor import CONTEXT, GradError, Tensor, TensorLike, building, format_shape, gc_paused, user_frame
 
 
 # ------------------------------------------------------------------ the sweep both modes run
@@ -163,7 +165,7 @@ def _check_wrt(wrt, source):
                             f"(at {source})")
 
 
-def grad(y, wrt, grad_output=None):
+def grad(y: Tensor, wrt: Tensor | Sequence[Tensor], grad_output: TensorLike | None = None) -> Tensor | list[Tensor]:
     """Gradients of ``y`` with respect to each tensor in ``wrt``, as tensors of the same graph.
 
     ``y`` must be a scalar unless ``grad_output`` (the incoming gradient, shaped like ``y``) is given,

@@ -1,13 +1,16 @@
 """compile(): collect the graph, run the passes over it, and make the Function that lowers and runs it."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from . import passes as passes_mod
 from .function import Function
 from .graph import Graph, ancestors
+from .lower import Backend
 from .ops.registry import as_tensor, broadcast_shapes
-from .tensor import ShapeError, StaticgradError, Tensor, format_shape, gc_paused, user_frame
+from .tensor import ShapeError, StaticgradError, Tensor, TensorLike, format_shape, gc_paused, user_frame
 
 
 def _normalize_updates(updates, source):
@@ -44,7 +47,9 @@ def _placeholders(roots):
     return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
 
 
-def compile(outputs, inputs=None, updates=None, optimize=True, passes=None, backend="numpy"):
+def compile(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor] | None = None,
+            updates: Mapping[Tensor, TensorLike] | Sequence[tuple[Tensor, TensorLike]] | None = None,
+            optimize: bool = True, passes: Sequence | None = None, backend: str | Backend = "numpy") -> Function:
     """Compile ``outputs`` (a tensor or a list) and ``updates`` into one callable.
 
     ``inputs`` fixes the order of positional feeds (None: feed every placeholder by dict). ``updates``

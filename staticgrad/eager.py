@@ -17,6 +17,7 @@ import sys
 from contextlib import contextmanager
 
 import numpy as np
+import numpy.typing as npt
 
 from .autodiff import Mode, reverse_sweep, stable_twin
 from .graph import ancestors, reverse_order
@@ -160,7 +161,8 @@ def _leaf(value, requires_grad, name, source):
     return _new(LEAF_OP, (), {}, value, requires_grad, source, name)
 
 
-def tensor(value, requires_grad=False, dtype=None, name=None, copy=True) -> EagerTensor:
+def tensor(value: npt.ArrayLike, requires_grad: bool = False, dtype: npt.DTypeLike = None, name: str | None = None,
+           copy: bool = True) -> EagerTensor:
     """An eager leaf holding a copy of ``value`` (``copy=False`` shares a numpy array when it can, like
     torch.as_tensor). Only floating tensors can require grad."""
     if isinstance(value, Tensor):

@@ -10,7 +10,7 @@ from .graph import Graph
 from .lower import Backend, Program, as_backend, build_program
 from .passes import finish_rows
 from .report import Report
-from .tensor import StaticgradError, format_shape, gc_paused
+from .tensor import StaticgradError, Tensor, format_shape, gc_paused
 
 
 class ExecutionError(StaticgradError):
@@ -54,7 +54,7 @@ class Function:
         self._fast = self._make_fast_path()
 
     # ------------------------------------------------------------------ calling
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs) -> np.ndarray | list[np.ndarray]:
         if kwargs or len(args) != len(self._dtypes) or (args and isinstance(args[0], dict)) or not self.positional:
             return self._call_keyed(args, kwargs)
         return self._fast(*args)
@@ -281,7 +281,7 @@ class Function:
     def inputs(self):
         return [n.tensor for n in self.feeds.nodes]
 
-    def parameters(self) -> list:
+    def parameters(self) -> list[Tensor]:
         """The parameters this function reads or updates, in graph order (``.value`` is each one's array);
         after ``sg.load`` these are the fresh parameters holding the saved values."""
         return list(self._params)

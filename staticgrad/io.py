@@ -275,7 +275,7 @@ def _encode_function(fn, label, tables):
             "outputs": list(graph.outputs), "updates": [[p, e] for p, e in graph.updates], "nodes": nodes}
 
 
-def save(fn, path):
+def save(fn: Function | dict[str, Function], path: str | os.PathLike) -> str:
     """Write the compiled function ``fn`` (or a dict {name: function}) and its parameter values to ``path``.
 
     Functions saved together in a dict keep sharing their parameters when loaded.
@@ -449,7 +449,7 @@ def _decode_function(doc, arrays, params, holders) -> Function:
         raise LoadError(f"the loaded graph could not be linked: {type(err).__name__}: {err}") from err
 
 
-def load(path):
+def load(path: str | os.PathLike) -> Function | dict[str, Function]:
     """The compiled function saved at ``path`` (a dict of them if a dict was saved), with fresh
     placeholders and parameters holding the saved values."""
     doc, arrays = _read_zip(path, GRAPH_MEMBER, FORMAT)
@@ -478,7 +478,7 @@ def _parameter_list(target):
     return [(str(k), p) for k, p in enumerate(items)]
 
 
-def save_parameters(target, path):
+def save_parameters(target, path: str | os.PathLike) -> str:
     """Write the current values of ``target``'s parameters (a compiled function, a model, an optimizer,
     a list or a dict of parameters) to ``path``, atomically."""
     items = _parameter_list(target)
@@ -493,7 +493,7 @@ def save_parameters(target, path):
                                                 "parameters": entries}, arrays)
 
 
-def load_parameters(target, path, strict=True):
+def load_parameters(target, path: str | os.PathLike, strict: bool = True):
     """Set ``target``'s parameters from a checkpoint written by :func:`save_parameters`.
 
     Parameters are matched by key (dict keys, else position). With ``strict`` the names must agree too.

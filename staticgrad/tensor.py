@@ -10,9 +10,11 @@ import itertools
 import operator
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
+import numpy.typing as npt
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _ids = itertools.count()
@@ -61,7 +63,7 @@ CONTEXT = Context()
 
 
 @contextmanager
-def name_scope(name: str):
+def name_scope(name: str) -> Iterator[str]:
     """Group the tensors created inside under ``name`` (nested scopes join with '/')."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"name_scope: expected a non-empty name without '/', got {name!r}")
@@ -231,7 +233,12 @@ class Tensor:
         raise TypeError("a symbolic tensor cannot be iterated; index it instead")
 
 
-def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tensor:
+# What the ops take: a tensor, or a value numpy makes an array of (a Python number adopts the tensor's dtype).
+TensorLike = Tensor | npt.ArrayLike
+
+
+def placeholder(shape: Sequence[int | None], dtype: npt.DTypeLike = "float64", name: str | None = None,
+                requires_grad: bool = False) -> Tensor:
     """A value fed at each call. ``None`` in ``shape`` means any size."""
     try:
         if any(isinstance(d, (bool, np.bool_)) for d in shape):
@@ -251,7 +258,7 @@ def placeholder(shape, dtype="float64", name=None, requires_grad=False) -> Tenso
     return Tensor("placeholder", shape=shape, dtype=dtype, name=name, requires_grad=requires_grad)
 
 
-def parameter(value, name=None, dtype=None) -> Tensor:
+def parameter(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike = None) -> Tensor:
     """A trainable leaf: its value persists across calls and it requires grad."""
     arr = np.array(value, dtype=dtype, copy=True)
     if arr.dtype.kind in "biu":
@@ -263,7 +270,7 @@ def parameter(value, name=None, dtype=None) -> Tensor:
     return Tensor("parameter", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=True, value=arr)
 
 
-def constant(value, name=None, dtype=None) -> Tensor:
+def constant(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike = None) -> Tensor:
     """A fixed value baked into the graph."""
     arr = np.array(value, dtype=dtype, copy=True)
     if arr.dtype.kind not in "biufc":

@@ -1,12 +1,15 @@
 """Check gradients against central finite differences (public, so users can check their own ops)."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from .autodiff import grad
 from .compiler import compile
 from .ops import sum as sg_sum
-from .tensor import constant, placeholder
+from .tensor import Tensor, constant, placeholder
 
 
 def numerical_grad(fn, args, k, eps):
@@ -64,7 +67,9 @@ def _scalarize(y, rng):
     return sg_sum(y * constant(weights.astype(y.dtype)))
 
 
-def check_grads(f, inputs, order=1, eps=None, rtol=None, atol=None, seed=0, optimize=(True, False)):
+def check_grads(f: Callable[..., Tensor], inputs: Sequence[npt.ArrayLike], order: int = 1, eps: float | None = None,
+                rtol: float | None = None, atol: float | None = None, seed: int = 0,
+                optimize: Sequence[bool] = (True, False)) -> bool:
     """Assert that staticgrad's gradients of ``f`` match central finite differences, up to ``order``.
 
     ``f`` takes one tensor per array in ``inputs`` and returns a tensor (a non-scalar result is reduced by

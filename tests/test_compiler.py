@@ -517,6 +517,7 @@ def test_unoptimized_report_has_no_pass_rows():
 
 
 # ------------------------------------------------------------------ deep graphs
+@pytest.mark.slow
 def test_chain_of_20000_ops_without_recursion_error():
     limit = sys.getrecursionlimit()
     x = sg.parameter(np.array([0.5, -0.3]), name="x")

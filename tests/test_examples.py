@@ -43,6 +43,7 @@ def test_moons_with_sgd_momentum():
     assert load("moons").main(["--epochs", "30", "--optimizer", "sgd"])["accuracy"] >= 0.93
 
 
+@pytest.mark.slow
 def test_digits_reaches_95_percent():
     pytest.importorskip("sklearn", reason="examples/digits.py needs scikit-learn (pip install scikit-learn)")
     assert load("digits").main([])["accuracy"] >= 0.95

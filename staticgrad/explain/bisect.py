@@ -1,4 +1,8 @@
 """Find the pass that breaks a result."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..graph import Graph, ancestors
@@ -31,7 +35,8 @@ def _broken(reference, values, rtol, atol):
     return False
 
 
-def bisect(outputs, feeds, passes=None, rtol=1e-7, atol=1e-9):
+def bisect(outputs: Tensor | Sequence[Tensor], feeds: dict, passes: Sequence | None = None, rtol: float = 1e-7,
+           atol: float = 1e-9) -> str | None:
     """Run the pipeline one pass at a time on ``feeds`` (a dict placeholder -> array) and return the name
     of the first pass after which any output differs from the unoptimized graph's: in shape or dtype,
     beyond the tolerance where it was finite, at all where it was an integer, bool, NaN or infinity (an

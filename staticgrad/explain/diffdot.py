@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pydot
 
+from ..function import Function
 from ..graph import Graph
 from .dot import draw, picture_of
 from .trace import format_value
@@ -29,7 +30,7 @@ def _now(node) -> str:
     return node.op
 
 
-def diff_dot(fn, **kwargs) -> pydot.Dot:
+def diff_dot(fn: Function, **kwargs) -> pydot.Dot:
     """The unoptimized graph of compiled function ``fn`` with each pass's work marked.
 
     Nodes a pass removed are grey with a red dotted border, nodes it replaced in place (constant folding

@@ -512,7 +512,7 @@ def to_dot(target, stage="optimized", *, feeds=None, collapse=False, around=None
                 name=name, rankdir=rankdir)
 
 
-def save_dot(target, path, **kwargs):
+def save_dot(target, path: str | os.PathLike, **kwargs) -> str:
     """Write ``target`` (a pydot.Dot, or anything ``to_dot`` takes, with its keyword arguments) to ``path``.
 
     ``.dot``/``.gv`` get the DOT text. ``.svg``, ``.png`` and ``.pdf`` are rendered by Graphviz's ``dot``, and

@@ -268,7 +268,7 @@ def _rows(steps, values, tensors):
     return rows
 
 
-def trace(fn, feeds, quiet=False, file=None, digits=6) -> Trace:
+def trace(fn: Function, feeds, quiet: bool = False, file=None, digits: int = 6) -> Trace:
     """Run ``fn``'s graph once on ``feeds`` and print its backward sweep(s) as a table, one row per step.
 
     Each row: the forward node, where the user built it, the VJP rule applied, the gradient it received

@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
+from ..tensor import Tensor, TensorLike
 from .registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -24,14 +26,14 @@ from .registry import (
 # ------------------------------------------------------------------ public functions from registrations
 def binary(opdef):
     """The public function of a two-input op: Python scalars adopt the other operand's dtype."""
-    def fn(a, b):
+    def fn(a: TensorLike, b: TensorLike) -> Tensor:
         a, b = coerce(a, b)
         return apply(opdef.name, (a, b))
     return opdef.publish(fn)
 
 
 def unary(opdef):
-    def fn(x):
+    def fn(x: TensorLike) -> Tensor:
         (x,) = coerce(x)
         return apply(opdef.name, (x,))
     return opdef.publish(fn)
@@ -39,7 +41,7 @@ def unary(opdef):
 
 def float_unary(opdef):
     """For an op numpy lacks: integers become the float dtype numpy's exp would give them first."""
-    def fn(x):
+    def fn(x: TensorLike) -> Tensor:
         (x,) = coerce(x)
         return apply(opdef.name, (as_float(x),))
     return opdef.publish(fn)
@@ -111,7 +113,7 @@ _CAST = defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE, scalar=_c
 
 
 @_CAST.publish
-def cast(x, dtype):
+def cast(x: TensorLike, dtype: npt.DTypeLike) -> Tensor:
     """``x`` as ``dtype`` (numpy's astype)."""
     (x,) = coerce(x)
     dtype = np.dtype(dtype)
@@ -217,7 +219,7 @@ _WHERE = defop("where", where_kernel, _where_spec, _where_vjp, ELEMENTWISE | OUT
 
 
 @_WHERE.publish
-def where(cond, x, y):
+def where(cond: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
     """``x`` where ``cond`` holds, else ``y`` (numpy.where with three arguments)."""
     x, y = coerce(x, y)
     (cond,) = coerce(cond)
@@ -258,7 +260,7 @@ def _unbounded(dtype, side):
 
 
 @_CLIP.publish
-def clip(x, a_min, a_max):
+def clip(x: TensorLike, a_min: TensorLike | None, a_max: TensorLike | None) -> Tensor:
     """Limit ``x`` to [a_min, a_max] (either may be None, as in numpy); the gradient passes where
     a_min <= x <= a_max."""
     (x,) = coerce(x)

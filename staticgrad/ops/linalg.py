@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..tensor import ShapeError, format_shape
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
 from .reduce import expand_dims, squeeze
 from .registry import C_ORDER, OUT, apply, broadcast_shapes, coerce, defop
 from .shape import swap_last
@@ -104,7 +104,7 @@ _MATMUL = defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp, OUT | C_ORDE
 
 
 @_MATMUL.publish
-def matmul(a, b):
+def matmul(a: TensorLike, b: TensorLike) -> Tensor:
     """numpy.matmul (the ``@`` operator)."""
     a, b = coerce(a, b)
     return apply("matmul", (a, b))

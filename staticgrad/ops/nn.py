@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import cmath
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..tensor import ShapeError, constant, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, constant, format_shape, user_frame
 from .elementary import exp
 from .elementwise import as_float
 from .reduce import _logsumexp_kernel, rowwise_scalar, sum
@@ -52,14 +53,14 @@ _LOG_SOFTMAX = defop("log_softmax", _log_softmax_kernel, _float_spec, _log_softm
 
 
 @_SOFTMAX.publish
-def softmax(x, axis=-1):
+def softmax(x: TensorLike, axis: int | Sequence[int] = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along ``axis``, computed without overflow."""
     (x,) = coerce(x)
     return apply("softmax", (as_float(x),), {"axis": op_axes("softmax", axis, x.ndim)})
 
 
 @_LOG_SOFTMAX.publish
-def log_softmax(x, axis=-1):
+def log_softmax(x: TensorLike, axis: int | Sequence[int] = -1) -> Tensor:
     """x - logsumexp(x) along ``axis``."""
     (x,) = coerce(x)
     return apply("log_softmax", (as_float(x),), {"axis": op_axes("log_softmax", axis, x.ndim)})
@@ -98,7 +99,7 @@ _ONE_HOT = defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + i
 
 
 @_ONE_HOT.publish
-def one_hot(labels, like):
+def one_hot(labels: TensorLike, like: TensorLike) -> Tensor:
     """Rows of the identity for integer ``labels``, as many classes as ``like``'s last axis, in like's dtype."""
     (labels,) = coerce(labels)
     (like,) = coerce(like)
@@ -240,7 +241,7 @@ _SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs:
 
 
 @_SCE_GRAD.publish
-def softmax_cross_entropy_grad(logits, labels):
+def softmax_cross_entropy_grad(logits: TensorLike, labels: TensorLike) -> Tensor:
     """(softmax(logits) - one_hot(labels)) / N, N the number of labels: the gradient of
     softmax_cross_entropy(logits, labels) with respect to the logits, in one pass."""
     (logits,) = coerce(logits)
@@ -251,7 +252,7 @@ def softmax_cross_entropy_grad(logits, labels):
 
 
 @_SCE.publish
-def softmax_cross_entropy(logits, labels):
+def softmax_cross_entropy(logits: TensorLike, labels: TensorLike) -> Tensor:
     """Mean over the batch of -log softmax(logits)[label]; ``labels`` are integer classes."""
     (logits,) = coerce(logits)
     (labels,) = coerce(labels)

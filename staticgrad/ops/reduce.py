@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
-from ..tensor import ShapeError, constant, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, constant, format_shape, user_frame
 from .elementary import exp
 from .elementwise import as_float, cast, equal
 from .registry import (
@@ -183,7 +185,7 @@ _LOGSUMEXP = defop("logsumexp", _logsumexp_kernel, _reduce_spec(np.exp), _logsum
 def _reduction(opdef):
     name = opdef.name
 
-    def fn(x, axis=None, keepdims=False):
+    def fn(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         (x,) = coerce(x)
         axes = op_axes(name, axis, x.ndim)
         if opdef is _MAX or opdef is _MIN:
@@ -219,7 +221,7 @@ def _arg_op(name, kernel, torch_name):
                   unsupported={"scalar": "its result is an integer index; the scalar path computes floats"},
                   torch=lambda T, x, axis, keepdims: getattr(T, torch_name)(x, dim=axis, keepdim=keepdims))
 
-    def fn(x, axis=None, keepdims=False):
+    def fn(x: TensorLike, axis: int | None = None, keepdims: bool = False) -> Tensor:
         (x,) = coerce(x)
         if axis is not None:
             (axis,) = op_axes(name, axis, x.ndim)
@@ -247,7 +249,7 @@ _SIZE = defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dt
 
 
 @_SIZE.publish
-def size(x, axis=None, dtype=np.int64):
+def size(x: TensorLike, axis: int | Sequence[int] | None = None, dtype: npt.DTypeLike = np.int64) -> Tensor:
     """How many elements of ``x`` lie along ``axis`` (None: all of them), as a 0-d tensor of ``dtype``:
     numpy.size, read from the run-time shape where the static one has None."""
     (x,) = coerce(x)
@@ -291,14 +293,14 @@ _BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_lik
 
 
 @_BROADCAST_LIKE.publish
-def broadcast_like(x, like):
+def broadcast_like(x: TensorLike, like: TensorLike) -> Tensor:
     """``x`` broadcast to ``like``'s shape, read at run time (numpy's rules; the result is a view)."""
     x, like = coerce(x, like)
     return apply("broadcast_like", (x, like))
 
 
 @_BROADCAST_TO.publish
-def broadcast_to(x, shape):
+def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
     """numpy.broadcast_to (a view)."""
     (x,) = coerce(x)
     return apply("broadcast_to", (x,), {"shape": tuple(int(d) for d in shape)})
@@ -343,7 +345,7 @@ _SQUEEZE = defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, ax
 
 
 @_EXPAND_DIMS.publish
-def expand_dims(x, axis):
+def expand_dims(x: TensorLike, axis: int | Sequence[int]) -> Tensor:
     """Insert size-1 axes at ``axis`` (positions in the result, like numpy.expand_dims)."""
     (x,) = coerce(x)
     axes = op_axes("expand_dims", axis, x.ndim + (len(axis) if isinstance(axis, (tuple, list)) else 1))
@@ -351,7 +353,7 @@ def expand_dims(x, axis):
 
 
 @_SQUEEZE.publish
-def squeeze(x, axis):
+def squeeze(x: TensorLike, axis: int | Sequence[int]) -> Tensor:
     """numpy.squeeze of the size-1 axes ``axis``."""
     (x,) = coerce(x)
     return apply("squeeze", (x,), {"axis": op_axes("squeeze", axis, x.ndim)})
@@ -395,7 +397,7 @@ _SUM_LIKE = defop("sum_like", _sum_like_kernel, lambda inputs: (inputs[1].shape,
 
 
 @_SUM_LIKE.publish
-def sum_like(x, like):
+def sum_like(x: TensorLike, like: TensorLike) -> Tensor:
     """``x`` summed back to ``like``'s shape: over the axes that broadcasting ``like`` to x's shape adds or
     stretches, found from the run-time shapes (the gradient of broadcast_like)."""
     x, like = coerce(x, like)

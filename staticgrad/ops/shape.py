@@ -1,9 +1,13 @@
 """Ops that move data without arithmetic: reshape, transpose, indexing, concatenate, stack."""
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
+from typing import Any
 
-from ..tensor import ShapeError, format_shape, user_frame
+import numpy as np
+import numpy.typing as npt
+
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
 from .registry import (
     LAYOUT,
     NONDIFF,
@@ -97,14 +101,14 @@ _RESHAPE_LIKE = defop("reshape_like", _reshape_like_kernel, lambda inputs: (inpu
 
 
 @_RESHAPE_LIKE.publish
-def reshape_like(x, like):
+def reshape_like(x: TensorLike, like: TensorLike) -> Tensor:
     """``x`` reshaped to ``like``'s shape, read at run time."""
     x, like = coerce(x, like)
     return apply("reshape_like", (x, like))
 
 
 @_RESHAPE.publish
-def reshape(x, *shape):
+def reshape(x: TensorLike, *shape: int | Sequence[int]) -> Tensor:
     """numpy.reshape; one entry may be -1. ``x.reshape(2, 3)`` and ``reshape(x, (2, 3))`` both work."""
     (x,) = coerce(x)
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, np.ndarray)):
@@ -136,7 +140,7 @@ _TRANSPOSE = defop("transpose", _transpose_kernel, _transpose_spec, _transpose_v
 
 
 @_TRANSPOSE.publish
-def transpose(x, axes=None):
+def transpose(x: TensorLike, axes: Sequence[int] | None = None) -> Tensor:
     """numpy.transpose: reverse the axes, or permute them as ``axes`` says."""
     (x,) = coerce(x)
     if axes is None:
@@ -327,14 +331,14 @@ _GETITEM_GRAD = defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, 
 
 
 @_GETITEM.publish
-def getitem(x, index):
+def getitem(x: TensorLike, index: Any) -> Tensor:
     """``x[index]`` with ints, slices, None, Ellipsis and integer/bool arrays (numpy semantics)."""
     (x,) = coerce(x)
     return apply("getitem", (x,), {"index": normalize_index(index)})
 
 
 @_GETITEM_GRAD.publish
-def getitem_grad(g, like, index):
+def getitem_grad(g: TensorLike, like: TensorLike | tuple[int, ...], index: Any) -> Tensor:
     """Zeros of ``like``'s shape (a tensor's, or a tuple of ints) with ``g`` added at ``index``, repeated
     indices adding up: the gradient of ``like[index]``."""
     (g,) = coerce(g)
@@ -423,7 +427,7 @@ _SPLIT = defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF
 
 
 @_SPLIT.publish
-def split(x, like, axis=0, part=0):
+def split(x: TensorLike, like: Sequence[TensorLike], axis: int = 0, part: int = 0) -> Tensor:
     """The ``part``-th piece of ``x`` cut along ``axis`` as the tensors ``like`` were concatenated there:
     the gradient of concatenate(like, axis) for its ``part``-th input. (Not numpy.split, hence not sg.split.)"""
     x, *like = coerce(x, *like)
@@ -442,7 +446,7 @@ _ZEROS_LIKE = defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inp
 
 
 @_ZEROS_LIKE.publish
-def zeros_like(x, dtype=None):
+def zeros_like(x: TensorLike, dtype: npt.DTypeLike = None) -> Tensor:
     (x,) = coerce(x)
     dtype = np.dtype(dtype or x.dtype)
     if None not in x.shape:
@@ -452,7 +456,7 @@ def zeros_like(x, dtype=None):
 
 
 @_CONCATENATE.publish
-def concatenate(tensors, axis=0):
+def concatenate(tensors: Sequence[TensorLike], axis: int | None = 0) -> Tensor:
     """numpy.concatenate along an existing axis (``axis=None``: of the flattened tensors, as numpy does)."""
     tensors = coerce(*tensors)
     if not tensors:
@@ -498,7 +502,7 @@ _STACK = defop("stack", _stack_kernel, _stack_spec, _stack_vjp, REARRANGES,
 
 
 @_STACK.publish
-def stack(tensors, axis=0):
+def stack(tensors: Sequence[TensorLike], axis: int = 0) -> Tensor:
     """numpy.stack along a new axis."""
     tensors = coerce(*tensors)
     if not tensors:

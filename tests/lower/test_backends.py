@@ -107,6 +107,7 @@ def machine():
     return interpreter(frozenset(templates - {None}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", NUMBA_OPS)
 def test_the_numba_loop_computes_each_op_it_claims(op, machine):
     from staticgrad.lower.numba_backend import Kernel

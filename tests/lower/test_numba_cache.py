@@ -6,6 +6,7 @@ import sys
 import pytest
 
 pytest.importorskip("numba")
+pytestmark = pytest.mark.slow          # each test starts Python processes that compile interpreters
 from staticgrad.lower import numba_backend, numba_cache
 
 SCRIPT = """

@@ -200,6 +200,7 @@ def test_torch_replay_skips_what_it_cannot_translate(rng):
 
 
 # ------------------------------------------------------------------ the workloads and the command
+@pytest.mark.slow
 def test_quick_workloads_run(capsys):
     results = study.run_study(quick=True, torch=False)
     assert [r["name"].split()[0] for r in results] == ["sigmoid", "moons", "MLP", "deep"]
