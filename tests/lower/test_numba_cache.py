@@ -6,8 +6,9 @@ import sys
 import pytest
 
 pytest.importorskip("numba")
+from staticgrad.lower import numba_backend, numba_cache  # noqa: E402  (after the skip: it needs numba)
+
 pytestmark = pytest.mark.slow          # each test starts Python processes that compile interpreters
-from staticgrad.lower import numba_backend, numba_cache
 
 SCRIPT = """
 import numpy as np, staticgrad as sg
