@@ -17,7 +17,7 @@ def _math(name, vjp, flops=4, kernel=None, template=None, torch=None):
     """A unary numpy function, computed elementwise by numpy's kernel of the same name everywhere."""
     return unary(elementwise(name, kernel or getattr(np, name), vjp, flops=flops,
                              scalar=template or f"{name}({{0}})",
-                             torch=torch or (lambda T, x: getattr(T, name)(x))))
+                             torch=torch or (lambda T: getattr(T, name))))
 
 
 exp = _math("exp", lambda g, out, x: (g * out,))
@@ -31,20 +31,20 @@ sqrt = _math("sqrt", lambda g, out, x: (g / (out * 2),), flops=2)
 sin = _math("sin", lambda g, out, x: (g * cos(x),))
 cos = _math("cos", lambda g, out, x: (neg(g * sin(x)),))
 tan = _math("tan", lambda g, out, x: (g * (square(out) + 1),))
-arcsin = _math("arcsin", lambda g, out, x: (g / sqrt(1 - square(x)),), torch=lambda T, x: T.asin(x))
-arccos = _math("arccos", lambda g, out, x: (neg(g / sqrt(1 - square(x))),), torch=lambda T, x: T.acos(x))
-arctan = _math("arctan", lambda g, out, x: (g / (square(x) + 1),), torch=lambda T, x: T.atan(x))
+arcsin = _math("arcsin", lambda g, out, x: (g / sqrt(1 - square(x)),), torch=lambda T: T.asin)
+arccos = _math("arccos", lambda g, out, x: (neg(g / sqrt(1 - square(x))),), torch=lambda T: T.acos)
+arctan = _math("arctan", lambda g, out, x: (g / (square(x) + 1),), torch=lambda T: T.atan)
 sinh = _math("sinh", lambda g, out, x: (g * cosh(x),))
 cosh = _math("cosh", lambda g, out, x: (g * sinh(x),))
 tanh = _math("tanh", lambda g, out, x: (g * (1 - square(out)),), flops=6)
-arcsinh = _math("arcsinh", lambda g, out, x: (g / sqrt(square(x) + 1),), torch=lambda T, x: T.asinh(x))
+arcsinh = _math("arcsinh", lambda g, out, x: (g / sqrt(square(x) + 1),), torch=lambda T: T.asinh)
 # (x - 1)(x + 1) under two roots: no cancellation in x*x - 1 near x = 1
-arccosh = _math("arccosh", lambda g, out, x: (g / (sqrt(x - 1) * sqrt(x + 1)),), torch=lambda T, x: T.acosh(x))
-arctanh = _math("arctanh", lambda g, out, x: (g / (1 - square(x)),), torch=lambda T, x: T.atanh(x))
+arccosh = _math("arccosh", lambda g, out, x: (g / (sqrt(x - 1) * sqrt(x + 1)),), torch=lambda T: T.acosh)
+arctanh = _math("arctanh", lambda g, out, x: (g / (1 - square(x)),), torch=lambda T: T.atanh)
 reciprocal = _math("reciprocal", lambda g, out, x: (neg(g * square(out)),), flops=1, template="(1.0 / {0})")
 abs = _math("abs", lambda g, out, x: (g * sign(x),), flops=1, kernel=np.abs, template="abs({0})")
 square = _math("square", lambda g, out, x: (g * (x * 2),), flops=1, template="({0} * {0})")
-sign = unary(elementwise("sign", np.sign, None, scalar="sign({0})", torch=lambda T, x: T.sign(x)))
+sign = unary(elementwise("sign", np.sign, None, scalar="sign({0})", torch=lambda T: T.sign))
 
 
 def _arctan2_vjp(g, out, y, x):
@@ -53,9 +53,9 @@ def _arctan2_vjp(g, out, y, x):
 
 
 arctan2 = binary(elementwise("arctan2", np.arctan2, _arctan2_vjp, flops=4, scalar="arctan2({0}, {1})",
-                             torch=lambda T, y, x: T.atan2(y, x)))
+                             torch=lambda T: T.atan2))
 hypot = binary(elementwise("hypot", np.hypot, lambda g, out, x, y: (g * x / out, g * y / out), flops=4,
-                           scalar="hypot({0}, {1})", torch=lambda T, x, y: T.hypot(x, y)))
+                           scalar="hypot({0}, {1})", torch=lambda T: T.hypot))
 
 
 # ------------------------------------------------------------------ activations
@@ -89,11 +89,11 @@ def _zero_row(n):
 sigmoid = float_unary(elementwise(
     "sigmoid", sigmoid_kernel, lambda g, out, x: (g * (out * (1 - out)),), flops=8,
     scalar="(1.0 / (1.0 + exp(-abs({0}))) if {0} >= 0 else exp(-abs({0})) * (1.0 / (1.0 + exp(-abs({0})))))",
-    torch=lambda T, x: T.sigmoid(x)))
+    torch=lambda T: T.sigmoid))
 softplus = float_unary(elementwise(
     "softplus", softplus_kernel, lambda g, out, x: (g * sigmoid(x),), flops=10,
     scalar="(log1p(exp(-abs({0}))) + ({0} if {0} > 0.0 else 0.0))",
-    torch=lambda T, x: T.nn.functional.softplus(x)))
+    torch=lambda T: T.nn.functional.softplus))
 # maximum(x, 0) as numpy computes it: NaN stays NaN, -0.0 becomes 0.0
 relu = unary(elementwise("relu", relu_kernel, lambda g, out, x: (where(out > 0, g, 0),), OUT | INPLACE,
-                         scalar="({0} if not {0} <= 0.0 else 0.0)", torch=lambda T, x: T.relu(x)))
+                         scalar="({0} if not {0} <= 0.0 else 0.0)", torch=lambda T: T.relu))

@@ -62,15 +62,15 @@ def elementwise(name, kernel, vjp, flags=0, **facts):
 
 # ------------------------------------------------------------------ arithmetic
 add = binary(elementwise("add", np.add, lambda g, out, x, y: (g, g), COMMUTATIVE, scalar="({0} + {1})",
-                         torch=lambda T, x, y: T.add(x, y)))
+                         torch=lambda T: T.add))
 sub = binary(elementwise("sub", np.subtract, lambda g, out, x, y: (g, neg(g)), scalar="({0} - {1})",
-                         torch=lambda T, x, y: T.sub(x, y)))
+                         torch=lambda T: T.sub))
 mul = binary(elementwise("mul", np.multiply, lambda g, out, x, y: (g * y, g * x), COMMUTATIVE,
-                         scalar="({0} * {1})", torch=lambda T, x, y: T.mul(x, y)))
+                         scalar="({0} * {1})", torch=lambda T: T.mul))
 div = binary(elementwise("div", np.true_divide, lambda g, out, x, y: (g / y, neg(g / y * out)),
-                         scalar="({0} / {1})", torch=lambda T, x, y: T.div(x, y)))
+                         scalar="({0} / {1})", torch=lambda T: T.div))
 neg = unary(elementwise("neg", np.negative, lambda g, out, x: (neg(g),), scalar="(-{0})",
-                        torch=lambda T, x: T.neg(x)))
+                        torch=lambda T: T.neg))
 
 
 def identity_kernel(x):
@@ -78,7 +78,7 @@ def identity_kernel(x):
 
 
 stop_gradient = unary(elementwise(
-    "stop_gradient", identity_kernel, None, VIEW | IDENTITY, scalar="{0}", torch=lambda T, x: x.detach(),
+    "stop_gradient", identity_kernel, None, VIEW | IDENTITY, scalar="{0}", torch=lambda T: T.Tensor.detach,
     doc="identity whose gradient is zero"))
 
 
@@ -104,8 +104,9 @@ def _cast_template(node, shapes, nodes):
     return "float({0})" if node.dtype.kind == "f" else None
 
 
-def _cast_torch(T, x, dtype):
-    return x.to(T.from_numpy(np.zeros((), dtype)).dtype)
+def _cast_torch(T, dtype):
+    to = T.from_numpy(np.zeros((), dtype)).dtype
+    return lambda x: x.to(to)
 
 
 _CAST = defop("cast", cast_kernel, _cast_spec, _cast_vjp, ELEMENTWISE, scalar=_cast_template,
@@ -139,9 +140,9 @@ def _minimum_vjp(g, out, x, y):
 # Not COMMUTATIVE: of two equal values numpy returns the second, so maximum(-0.0, 0.0) is 0.0 and
 # maximum(0.0, -0.0) is -0.0 (and of two NaNs, the first one's payload).
 maximum = binary(elementwise("maximum", np.maximum, _maximum_vjp, scalar="maximum({0}, {1})",
-                             torch=lambda T, x, y: T.maximum(x, y)))
+                             torch=lambda T: T.maximum))
 minimum = binary(elementwise("minimum", np.minimum, _minimum_vjp, scalar="minimum({0}, {1})",
-                             torch=lambda T, x, y: T.minimum(x, y)))
+                             torch=lambda T: T.minimum))
 
 
 # ------------------------------------------------------------------ where
@@ -215,7 +216,7 @@ def _where_vjp(g, out, cond, x, y):
 
 _WHERE = defop("where", where_kernel, _where_spec, _where_vjp, ELEMENTWISE | OUT | INPLACE,
                scalar="({1} if {0} else {2})", scalar_kinds=(("b", "f", "f"), "f"), fast_kernel=_where_fast,
-               torch=lambda T, c, x, y: T.where(c, x, y))
+               torch=lambda T: T.where)
 
 
 @_WHERE.publish
@@ -248,7 +249,7 @@ def _clip_spec(inputs):
 
 
 _CLIP = defop("clip", _clip_kernel, _clip_spec, _clip_vjp, ELEMENTWISE, scalar="minimum(maximum({0}, {1}), {2})",
-              torch=lambda T, x, lo, hi: T.minimum(T.maximum(x, lo), hi))
+              torch=lambda T: lambda x, lo, hi: T.minimum(T.maximum(x, lo), hi))
 
 
 def _unbounded(dtype, side):
@@ -275,7 +276,7 @@ def clip(x: TensorLike, a_min: TensorLike | None, a_max: TensorLike | None) -> T
 # ------------------------------------------------------------------ comparisons and logic (not differentiable)
 def _comparison(name, kernel, symbol, torch_name):
     return binary(elementwise(name, kernel, None, scalar=f"({{0}} {symbol} {{1}})", scalar_kinds=(("f",), "b"),
-                              torch=lambda T, x, y: getattr(T, torch_name)(x, y)))
+                              torch=lambda T: getattr(T, torch_name)))
 
 
 less = _comparison("less", np.less, "<", "lt")
@@ -286,6 +287,6 @@ equal = _comparison("equal", np.equal, "==", "eq")
 not_equal = _comparison("not_equal", np.not_equal, "!=", "ne")
 # (on Python bools ``and`` and ``or`` give bools: the scalar path takes only those)
 logical_and = binary(elementwise("logical_and", np.logical_and, None, scalar="({0} and {1})",
-                                 scalar_kinds=(("b",), "b"), torch=lambda T, x, y: T.logical_and(x, y)))
+                                 scalar_kinds=(("b",), "b"), torch=lambda T: T.logical_and))
 logical_or = binary(elementwise("logical_or", np.logical_or, None, scalar="({0} or {1})",
-                                scalar_kinds=(("b",), "b"), torch=lambda T, x, y: T.logical_or(x, y)))
+                                scalar_kinds=(("b",), "b"), torch=lambda T: T.logical_or))

@@ -100,7 +100,7 @@ def _matmul_scalar(em, node, ins, shape):
 
 _MATMUL = defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp, OUT | C_ORDER, core_axes=2, flops=_matmul_flops,
                 fast_kernel=_matmul_fast, scalar_rule=_matmul_scalar,
-                scalar_work=_matmul_terms, torch=lambda T, a, b: T.matmul(a, b))
+                scalar_work=_matmul_terms, torch=lambda T: T.matmul)
 
 
 @_MATMUL.publish

@@ -39,11 +39,12 @@ def _log_softmax_vjp(g, out, x, axis):
 
 
 def _torch_along(name):
-    def run(T, x, axis):
+    def make(T, axis):
         if len(axis) != 1:
             raise NotImplementedError(f"{name} over several axes has no torch twin")
-        return getattr(T, name)(x, dim=axis[0])
-    return run
+        fn, dim = getattr(T, name), axis[0]
+        return lambda x: fn(x, dim=dim)
+    return make
 
 
 _SOFTMAX = defop("softmax", _softmax_kernel, _float_spec, _softmax_vjp, flops=8, scalar_rule=rowwise_scalar("softmax"),
@@ -93,8 +94,20 @@ def _one_hot_scalar(em, node, ins, shape):
     return out
 
 
+def _one_hot_torch(T):
+    return lambda labels, like: T.nn.functional.one_hot(labels, like.shape[-1]).to(like.dtype)
+
+
+def _sce_grad_torch(T):
+    def run(logits, labels):
+        onehot = T.nn.functional.one_hot(labels, logits.shape[-1]).to(logits.dtype)
+        return (T.softmax(logits, -1) - onehot) / max(labels.numel(), 1)
+    return run
+
+
 _ONE_HOT = defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
                  None, NONDIFF | SHAPE_REF, scalar_rule=_one_hot_scalar, scalar_kinds=(("iu", "f"), "f"),
+                 torch=_one_hot_torch,
                  doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
 
 
@@ -227,8 +240,9 @@ def _sce_scalar(em, node, ins, shape):
     return np.array(em.assign(f"(0.0 + {add(terms)}) / {float(len(terms))!r}"), dtype=object)
 
 
-def _sce_torch(T, logits, labels):
-    return T.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+def _sce_torch(T):
+    return lambda logits, labels: T.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                labels.reshape(-1))
 
 
 _SCE = defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp, flops=10, scalar_rule=_sce_scalar,
@@ -236,7 +250,7 @@ _SCE = defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp, flops=10
              torch=_sce_torch)
 _SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
                   _sce_grad_vjp, unsupported={"scalar": "no scalar form yet (plans of a whole training step pair it "
-                                                        "with the loss in one kernel)"},
+                                                        "with the loss in one kernel)"}, torch=_sce_grad_torch,
                   doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
 
 

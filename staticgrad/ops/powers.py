@@ -90,5 +90,5 @@ def _pow_scalar(em, node, ins, shape):
 
 
 pow = binary(elementwise("pow", power_kernel, _pow_vjp, OUT | INPLACE, scalar=_pow_template, scalar_rule=_pow_scalar,
-                         flops=8, torch=lambda T, x, y: T.pow(x, y)))
+                         flops=8, torch=lambda T: T.pow))
 power = pow

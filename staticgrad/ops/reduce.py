@@ -118,9 +118,10 @@ def _summing(mean):
 
 
 def _torch_reduction(name):
-    def run(T, x, axis, keepdims):
-        return getattr(T, name)(x, dim=axis, keepdim=keepdims) if axis else x
-    return run
+    def make(T, axis, keepdims):
+        fn = getattr(T, name)
+        return (lambda x: fn(x, dim=axis, keepdim=keepdims)) if axis else (lambda x: x)
+    return make
 
 
 _EXTREMUM_IN_SCALAR = "no scalar form yet: Python's max and min do not propagate NaN as numpy's do"
@@ -219,7 +220,7 @@ def _arg_op(name, kernel, torch_name):
         return kernel(x, axis=axis, keepdims=keepdims)
     opdef = defop(name, run, _arg_spec, None, flops=input_flops,
                   unsupported={"scalar": "its result is an integer index; the scalar path computes floats"},
-                  torch=lambda T, x, axis, keepdims: getattr(T, torch_name)(x, dim=axis, keepdim=keepdims))
+                  torch=lambda T, axis, keepdims: lambda x: getattr(T, torch_name)(x, dim=axis, keepdim=keepdims))
 
     def fn(x: TensorLike, axis: int | None = None, keepdims: bool = False) -> Tensor:
         (x,) = coerce(x)
@@ -244,8 +245,14 @@ def _size_kernel(x, axis, dtype):
     return np.asarray(n, dtype=dtype)
 
 
+def _size_torch(T, axis, dtype):
+    to = T.from_numpy(np.zeros((), dtype)).dtype
+    return lambda x: T.tensor(math.prod(x.shape[a] for a in axis), dtype=to)
+
+
 _SIZE = defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), None, SHAPE_ONLY,
-              unsupported={"scalar": SPECIALIZED}, doc="number of elements of x over axis (runtime shape)")
+              unsupported={"scalar": SPECIALIZED}, torch=_size_torch,
+              doc="number of elements of x over axis (runtime shape)")
 
 
 @_SIZE.publish
@@ -285,11 +292,11 @@ def _broadcast_like_specialize(node, shapes, nodes):
 
 # The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back.
 _BROADCAST_TO = defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,),
-                      VIEW | BROADCAST | REARRANGES, torch=lambda T, x, shape: x.expand(shape))
+                      VIEW | BROADCAST | REARRANGES, torch=lambda T, shape: lambda x: x.expand(shape))
 _BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec,
                         lambda g, out, x, ref: (g, None), VIEW | SHAPE_REF | BROADCAST | SHAPE_OF_REF,
                         specialize=_broadcast_like_specialize, unsupported={"scalar": SPECIALIZED},
-                        torch=lambda T, x, ref: x.expand(ref.shape))
+                        torch=lambda T: lambda x, ref: x.expand(ref.shape))
 
 
 @_BROADCAST_LIKE.publish
@@ -326,16 +333,20 @@ def _squeeze_kernel(x, axis):
     return np.squeeze(x, axis=axis)
 
 
-def _torch_unsqueeze(T, x, axis):
-    for a in axis:
-        x = x.unsqueeze(a)
-    return x
+def _torch_unsqueeze(T, axis):
+    def run(x):
+        for a in axis:
+            x = x.unsqueeze(a)
+        return x
+    return run
 
 
-def _torch_squeeze(T, x, axis):
-    for a in sorted(axis, reverse=True):
-        x = x.squeeze(a)
-    return x
+def _torch_squeeze(T, axis):
+    def run(x):
+        for a in sorted(axis, reverse=True):
+            x = x.squeeze(a)
+        return x
+    return run
 
 
 _EXPAND_DIMS = defop("expand_dims", np.expand_dims, _expand_dims_spec, lambda g, out, x, axis: (squeeze(g, axis),),
@@ -390,7 +401,7 @@ def _sum_like_specialize(node, shapes, nodes):
 
 _SUM_LIKE = defop("sum_like", _sum_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
                   lambda g, out, gin, ref: (apply("broadcast_like", (g, gin)), None), SHAPE_REF | SHAPE_OF_REF,
-                  specialize=_sum_like_specialize,
+                  specialize=_sum_like_specialize, torch=lambda T: lambda g, ref: g.sum_to_size(ref.shape),
                   unsupported={"scalar": "a sum over both leading and stretched axes has no scalar form yet; "
                                          "plans turn the others into a sum or nothing"},
                   doc="sum g over the axes along which ref was broadcast, found from ref's run-time shape")

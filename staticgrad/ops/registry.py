@@ -67,7 +67,7 @@ class OpDef:
     - ``paired``: {other op: kernel returning both results}, for plans that need both of one input.
     - ``core_axes``: trailing axes that take no part in broadcasting (matmul's 2); None: the inputs do
       not broadcast against each other.
-    - ``torch(torch, *inputs, **attrs)``: the same op in PyTorch (the study's third column).
+    - ``torch(torch, **attrs)``: the same op in PyTorch, a function of the inputs (the study's third column).
     - ``unsupported``: {backend: why} for the backends of ``BACKENDS`` that run it as its numpy kernel.
     - ``function``: the public function that builds it (``sg.<name>``), exported unless ``public`` is False.
     """

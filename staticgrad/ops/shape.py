@@ -93,11 +93,11 @@ def _reshape_like_specialize(node, shapes, nodes):
 
 
 _RESHAPE = defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW | LAYOUT | REARRANGES,
-                 torch=lambda T, x, shape: x.reshape(shape))
+                 torch=lambda T, shape: lambda x: x.reshape(shape))
 _RESHAPE_LIKE = defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
                       lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF | SHAPE_OF_REF,
                       specialize=_reshape_like_specialize, unsupported={"scalar": SPECIALIZED},
-                      torch=lambda T, x, ref: x.reshape(ref.shape))
+                      torch=lambda T: lambda x, ref: x.reshape(ref.shape))
 
 
 @_RESHAPE_LIKE.publish
@@ -136,7 +136,7 @@ def _transposes(attrs) -> bool:
 
 
 _TRANSPOSE = defop("transpose", _transpose_kernel, _transpose_spec, _transpose_vjp, VIEW | LAYOUT | REARRANGES,
-                   permutes=_transposes, torch=lambda T, x, axes: x.permute(axes))
+                   permutes=_transposes, torch=lambda T, axes: lambda x: x.permute(axes))
 
 
 @_TRANSPOSE.publish
@@ -320,13 +320,18 @@ def _advanced(attrs) -> bool:
 
 
 def _torch_index(T, index):
-    return tuple(T.from_numpy(i) if isinstance(i, np.ndarray) else i for i in index)
+    if any(isinstance(i, slice) and (i.step or 1) < 0 for i in index):
+        raise NotImplementedError("torch indexing takes no negative step")
+    index = tuple(T.from_numpy(i.copy()) if isinstance(i, np.ndarray) else i for i in index)
+    return lambda x: x[index]
 
 
 _GETITEM = defop("getitem", _getitem_kernel, _getitem_spec, _getitem_vjp, VIEW | REARRANGES, permutes=_advanced,
-                 torch=lambda T, x, index: x[_torch_index(T, index)])
+                 torch=_torch_index)
 _GETITEM_GRAD = defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, _getitem_grad_vjp, SHAPE_REF,
                       specialize=_getitem_grad_specialize, scalar_rule=_getitem_grad_scalar,
+                      unsupported={"torch": "numpy's indexing rules for a scatter-add (torch's index_put_ takes "
+                                            "tensor indices only); the torch column replays forward tapes"},
                       doc="zeros of x's shape with g scattered (added) at index: the VJP of getitem")
 
 
@@ -419,9 +424,17 @@ def _split_specialize(node, shapes, nodes):
 
 
 _CONCATENATE = defop("concatenate", _concat_kernel, _concat_spec, _concat_vjp, REARRANGES,
-                     torch=lambda T, *xs, axis: T.cat(xs, dim=axis))
+                     torch=lambda T, axis: lambda *xs: T.cat(xs, dim=axis))
 # sg.ops.split only: sg.split would read as numpy.split, which cuts at given indices
+def _split_torch(T, axis, part):
+    def run(g, *refs):
+        start = sum(r.shape[axis] for r in refs[:part])
+        return g.narrow(axis, start, refs[part].shape[axis])
+    return run
+
+
 _SPLIT = defop("split", _split_kernel, _split_spec, _split_vjp, VIEW | SHAPE_REF, specialize=_split_specialize,
+               torch=_split_torch,
                unsupported={"scalar": SPECIALIZED}, public=False,
                doc="the part-th piece of g cut as the refs were concatenated: the VJP of concatenate")
 
@@ -440,8 +453,14 @@ def _zeros_like_kernel(ref, dtype):
     return np.zeros(ref.shape, dtype=dtype)
 
 
+def _zeros_like_torch(T, dtype):
+    to = T.from_numpy(np.zeros((), dtype)).dtype
+    return lambda x: T.zeros(x.shape, dtype=to)
+
+
 _ZEROS_LIKE = defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inputs[0].shape, np.dtype(dtype)), None,
                     NONDIFF | SHAPE_ONLY | SHAPE_OF_REF, unsupported={"scalar": SPECIALIZED},
+                    torch=_zeros_like_torch,
                     doc="zeros of x's shape (read at run time) and ``dtype``")
 
 
@@ -498,7 +517,7 @@ def _stack_vjp(g, out, *xs, axis):
 
 
 _STACK = defop("stack", _stack_kernel, _stack_spec, _stack_vjp, REARRANGES,
-               torch=lambda T, *xs, axis: T.stack(xs, dim=axis))
+               torch=lambda T, axis: lambda *xs: T.stack(xs, dim=axis))
 
 
 @_STACK.publish

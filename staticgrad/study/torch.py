@@ -9,66 +9,12 @@ import contextlib
 import numpy as np
 
 from .. import eager
+from ..ops.registry import REGISTRY
 from .modes import Clock, Mode
 
 
 class Unsupported(Exception):
     """An op the PyTorch replay has no translation for."""
-
-
-def _torch_ops(torch):
-    """staticgrad op name -> a torch function taking the same inputs and attrs."""
-    F = torch.nn.functional
-
-    def reduction(fn):
-        return lambda x, axis, keepdims: fn(x, dim=axis, keepdim=keepdims) if axis else x
-
-    def along(fn):
-        def run(x, axis):
-            if len(axis) != 1:
-                raise Unsupported(f"{fn.__name__} over several axes")
-            return fn(x, dim=axis[0])
-        return run
-
-    def expand_dims(x, axis):
-        for a in axis:
-            x = x.unsqueeze(a)
-        return x
-
-    def squeeze(x, axis):
-        for a in sorted(axis, reverse=True):
-            x = x.squeeze(a)
-        return x
-
-    table = {
-        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "neg": torch.neg,
-        "pow": torch.pow, "matmul": torch.matmul, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
-        "expm1": torch.expm1, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-        "sigmoid": torch.sigmoid, "relu": torch.relu, "abs": torch.abs, "square": torch.square,
-        "softplus": F.softplus, "sign": torch.sign, "stop_gradient": lambda x: x.detach(),
-        "maximum": torch.maximum, "minimum": torch.minimum, "where": torch.where,
-        "clip": lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi),
-        "less": torch.lt, "less_equal": torch.le, "greater": torch.gt, "greater_equal": torch.ge,
-        "equal": torch.eq, "not_equal": torch.ne, "logical_and": torch.logical_and,
-        "logical_or": torch.logical_or, "cast": lambda x, dtype: x.to(dtype),
-        "sum": reduction(torch.sum), "mean": reduction(torch.mean), "max": reduction(torch.amax),
-        "min": reduction(torch.amin), "logsumexp": reduction(torch.logsumexp),
-        "reshape": lambda x, shape: x.reshape(shape), "transpose": lambda x, axes: x.permute(axes),
-        "getitem": lambda x, index: x[index], "concatenate": lambda *xs, axis: torch.cat(xs, dim=axis),
-        "stack": lambda *xs, axis: torch.stack(xs, dim=axis), "softmax": along(torch.softmax),
-        "log_softmax": along(torch.log_softmax),
-        "softmax_cross_entropy": lambda z, t: F.cross_entropy(z.reshape(-1, z.shape[-1]), t.reshape(-1)),
-        "broadcast_to": lambda x, shape: x.expand(shape), "expand_dims": expand_dims, "squeeze": squeeze,
-    }
-
-    def prepare(op, attrs):
-        if op == "cast":
-            return {"dtype": torch.from_numpy(np.zeros((), attrs["dtype"])).dtype}
-        if op == "getitem":
-            return {"index": tuple(torch.from_numpy(i) if isinstance(i, np.ndarray) else i
-                                   for i in attrs["index"])}
-        return attrs
-    return table, prepare
 
 
 def torch_program(model_fn, params, batch, torch):
@@ -77,7 +23,6 @@ def torch_program(model_fn, params, batch, torch):
     Returns (program, constants, loss slot): slots 0.. hold the batch arrays, then the parameters, then
     the constants, then one result per program step, which is what :func:`torch_mode` replays.
     """
-    table, prepare = _torch_ops(torch)
     xs = [eager.tensor(a, copy=False) for a in batch]
     ps = [eager.tensor(p, requires_grad=True) for p in params]
     with eager.trace() as found:
@@ -85,7 +30,8 @@ def torch_program(model_fn, params, batch, torch):
     slot = {t.id: ("slot", k) for k, t in enumerate(xs + ps)}
     constants, steps = [], []
     for t in found:
-        if t.op not in table:
+        twin = REGISTRY[t.op].torch
+        if twin is None:
             raise Unsupported(f"no torch translation for op {t.op!r} (made at {t.source})")
         refs = []
         for x in t.inputs:
@@ -96,7 +42,10 @@ def torch_program(model_fn, params, batch, torch):
                 refs.append(("const", len(constants)))
                 constants.append(torch.as_tensor(np.array(value)))
         slot[t.id] = ("step", len(steps))
-        steps.append((t.op, refs, prepare(t.op, t.attrs)))
+        try:
+            steps.append((twin(torch, **t.attrs), refs))
+        except NotImplementedError as err:
+            raise Unsupported(f"{t.op} (made at {t.source}): {err}") from None
     first_const = len(xs) + len(ps)
     first_step = first_const + len(constants)
 
@@ -104,7 +53,7 @@ def torch_program(model_fn, params, batch, torch):
         kind, k = ref
         return {"slot": k, "const": first_const + k, "step": first_step + k}[kind]
 
-    program = [(table[op], [where(r) for r in refs], attrs) for op, refs, attrs in steps]
+    program = [(fn, [where(r) for r in refs]) for fn, refs in steps]
     return program, constants, where(slot[loss.id])
 
 
@@ -130,8 +79,8 @@ def torch_mode(model_fn, params, batches, lr) -> Mode:
 
     def forward(batch):
         env = [torch.from_numpy(a) for a in batch] + ps + constants
-        for fn, refs, attrs in program:
-            env.append(fn(*[env[i] for i in refs], **attrs))
+        for fn, refs in program:
+            env.append(fn(*[env[i] for i in refs]))
         return env[loss_slot]
 
     def step(batch):
