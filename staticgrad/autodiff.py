@@ -123,6 +123,17 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
     return g
 
 
+def summed_from(contribution, shape):
+    """The gradient of ``shape`` that sum_to_shape reduced into ``contribution`` (through its sums and
+    cast), or None: the per-element terms of a broadcast input's contribution."""
+    t = contribution
+    while t.op in ("sum", "cast") and t.inputs:
+        t = t.inputs[0]
+        if t.shape == shape:
+            return t
+    return None
+
+
 def _maybe_stretched(g, x, siblings, core=0):
     """Whether ``x`` has an unknown size along an axis that a sibling of size != 1 may have stretched.
 

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from ..feeds import check_feed
+from ..autodiff import summed_from
 from ..function import ExecutionError, Function
 from ..graph import Graph
 from ..ops.registry import REGISTRY
@@ -162,12 +163,8 @@ def sweeps_of(graph: Graph) -> list:
 
 def _broadcast_parts(c, x, node, values):
     """The per-element values a contribution was summed from when ``x`` was broadcast in ``node``."""
-    t = c
-    while t is not None and t.op in ("sum", "cast") and t.inputs:
-        t = t.inputs[0]
-        if t.shape == node.shape and t.shape != x.shape:
-            return values.get(t.id)
-    return None
+    t = summed_from(c, node.shape)
+    return values.get(t.id) if t is not None and t.shape != x.shape else None
 
 
 class Trace:
