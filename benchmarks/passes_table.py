@@ -3,7 +3,7 @@
     python -m benchmarks.passes_table          (prints a markdown table, writes results/passes.json)
 
 The MLP is workload B's 784-256-256-10 ReLU training step at batch 128 (float32, SGD updates); the sigmoid
-network is the 20-parameter 2-3-2-1 network of example 3 of ../shared/WORKED_EXAMPLES.md with its 2 samples (float64).
+network is the 20-parameter 2-3-2-1 network of example 3 of docs/worked_examples.md with its 2 samples (float64).
 Costs use the concrete sizes of those feeds. "peak planned" is the most bytes of intermediates live at
 once with memory planning (results reuse dead buffers through out=); "unplanned" keeps every
 intermediate until the call returns.

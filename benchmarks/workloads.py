@@ -3,7 +3,7 @@
 Only numpy here, so every implementation (staticgrad, the hand-written reference, torch, jax, pytensor,
 each possibly in another virtual environment) builds its version from the same definitions and data.
 
-A  the 2-3-2-1 sigmoid network of WORKED_EXAMPLES.md example 3: its 20 parameters, its 2 samples,
+A  the 2-3-2-1 sigmoid network of docs/worked_examples.md example 3: its 20 parameters, its 2 samples,
    mean squared error; outputs the loss and the gradients of all 20 parameters (float64).
 B  a 784-256-256-10 ReLU MLP, batch 128, float32: softmax cross-entropy, forward + backward + an SGD
    update of the 6 parameter arrays; outputs the loss (the new parameters are checked too).
@@ -79,7 +79,7 @@ def get(name: str) -> Workload:
 
 # ------------------------------------------------------------------ data
 def example3_parameters():
-    """WORKED_EXAMPLES.md example 3, as arrays: W (3x2, row j = unit j's weights), b1, U (2x3), d, v, b."""
+    """docs/worked_examples.md example 3, as arrays: W (3x2, row j = unit j's weights), b1, U (2x3), d, v, b."""
     W = np.array([[.3, .6], [.4, .7], [.8, .1]])
     b1 = np.array([.2, .5, .9])
     U = np.array([[.7, .2, .8], [.5, .4, .9]])
@@ -91,7 +91,7 @@ def example3_parameters():
 
 A_PARAM_NAMES = ("W", "b1", "U", "d", "v", "b")
 B_PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3")
-A_EXPECTED_LOSS = 0.175595          # hand-computed in WORKED_EXAMPLES.md
+A_EXPECTED_LOSS = 0.175595          # hand-computed in docs/worked_examples.md
 A_EXPECTED_GRADS = {("W", (0, 0)): 0.006731, ("b", ()): 0.627673}
 
 

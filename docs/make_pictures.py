@@ -1,6 +1,6 @@
 """Render the pictures under docs/ (run: .venv/bin/python docs/make_pictures.py; needs Graphviz's dot).
 
-The 2-3-2-1 sigmoid network with 20 parameters and the polynomial of shared/WORKED_EXAMPLES.md
+The 2-3-2-1 sigmoid network with 20 parameters and the polynomial of docs/worked_examples.md
 (examples 3 and 1), drawn the ways `sg.to_dot` offers: forward and backward side by side, values and
 gradient flow, name scopes collapsed, and what the optimization passes did.
 """

@@ -25,7 +25,7 @@ from staticgrad import eager, study  # noqa: E402
 
 
 def worked_example_3():
-    """The 2-3-2-1 sigmoid network by hand (WORKED_EXAMPLES.md, example 3), computed in both modes."""
+    """The 2-3-2-1 sigmoid network by hand (docs/worked_examples.md, example 3), computed in both modes."""
     x, y = study.SIGMOID_NET_BATCH
     params = study.SIGMOID_NET_PARAMS
 

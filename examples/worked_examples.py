@@ -1,4 +1,4 @@
-"""The hand-worked reverse-mode examples (shared/WORKED_EXAMPLES.md), with staticgrad's numbers beside
+"""The hand-worked reverse-mode examples (docs/worked_examples.md), with staticgrad's numbers beside
 the hand ones.
 
 Each example is built as a graph, differentiated with sg.grad and compiled; the table prints the value

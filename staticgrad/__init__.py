@@ -14,7 +14,7 @@ checks this against every import in the package, and that no imports go round in
     eager                                    define-by-run over the same registry and sweep
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
-    data progress feeds report               batches and progress; what calls and reports show
+    data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit

@@ -17,8 +17,8 @@ import networkx as nx
 
 from . import stable
 from .graph import ancestors, to_digraph
+from .ops.broadcast import broadcast_to
 from .ops.elementwise import cast
-from .ops.reduce import broadcast_to
 from .ops.reduce import sum as reduce_sum
 from .ops.registry import REGISTRY, apply, as_tensor, broadcast_shapes
 from .rewrite import rewrite_tensors

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import keyword
-import math
 import os
 import tempfile
 import zipfile
@@ -22,132 +21,17 @@ import zipfile
 import numpy as np
 
 from .compiler import link
+from .encoding import LoadError, _check_text, _dtype_name, _is_shape, _text, decode_attr, decode_dtype, encode_attr
 from .function import Function
 from .graph import Graph, Node
 from .ops.registry import REGISTRY
-from .tensor import LEAVES, ROLES, VARIABLES, StaticgradError, Tensor, parameter, placeholder
+from .tensor import LEAVES, ROLES, VARIABLES, Tensor, parameter, placeholder
 
 FORMAT = "staticgrad.function"
 CHECKPOINT_FORMAT = "staticgrad.parameters"
 VERSION = 1
 GRAPH_MEMBER = "graph.json"
 CHECKPOINT_MEMBER = "parameters.json"
-MAX_TEXT = 4096
-
-
-class LoadError(StaticgradError):
-    """A file could not be loaded: unreadable, truncated, of another format, or describing a graph that
-    staticgrad refuses to build (an unknown op, an attribute of a type it does not allow)."""
-
-
-# ------------------------------------------------------------------ attribute values <-> JSON
-def encode_attr(value, where="attribute"):
-    """A JSON value for an attribute. Lists and containers are tagged so decoding restores their types."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
-    if isinstance(value, np.generic) and np.dtype(type(value)).kind in "biuf":
-        return {"t": "scalar", "dtype": np.dtype(type(value)).str, "v": encode_attr(value.item(), where)}
-    if isinstance(value, tuple):
-        return {"t": "tuple", "v": [encode_attr(v, where) for v in value]}
-    if isinstance(value, list):
-        return {"t": "list", "v": [encode_attr(v, where) for v in value]}
-    if isinstance(value, slice):
-        return {"t": "slice", "v": [encode_attr(v, where) for v in (value.start, value.stop, value.step)]}
-    if value is Ellipsis:
-        return {"t": "ellipsis"}
-    if isinstance(value, np.dtype):
-        return {"t": "dtype", "v": _dtype_name(value, where)}
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biu":
-        return {"t": "array", "dtype": _dtype_name(value.dtype, where), "shape": list(value.shape),
-                "v": value.ravel().tolist()}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"t": "dict", "v": {k: encode_attr(v, where) for k, v in value.items()}}
-    raise TypeError(f"save: cannot store {where} of type {type(value).__name__} ({value!r:.80})")
-
-
-def _dtype_name(dtype, where="dtype"):
-    dtype = np.dtype(dtype)
-    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
-        raise TypeError(f"save: {where} has dtype {dtype}, which staticgrad does not store")
-    return dtype.name
-
-
-def decode_dtype(text):
-    if not isinstance(text, str) or len(text) > 32:
-        raise LoadError(f"a dtype must be a short string, got {text!r:.80}")
-    try:
-        dtype = np.dtype(text)
-    except TypeError:
-        raise LoadError(f"unknown dtype {text!r}") from None
-    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
-        raise LoadError(f"dtype {text!r} is not a numeric dtype")
-    return dtype
-
-
-def decode_attr(value, depth=0):
-    """The attribute value for a JSON value; only the types :func:`encode_attr` writes are accepted."""
-    if depth > 32:
-        raise LoadError("attribute nested too deeply")
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise LoadError("a bare non-finite number in an attribute")
-        return value
-    if not isinstance(value, dict) or not isinstance(value.get("t"), str):
-        raise LoadError(f"attribute value {value!r:.80} is not of an allowed type")
-    tag, items = value["t"], value.get("v")
-    if tag == "float":
-        if items not in ("nan", "inf", "-inf"):
-            raise LoadError(f"bad float attribute {items!r:.80}")
-        return float(items)
-    if tag == "scalar":
-        dtype = decode_dtype(value.get("dtype"))
-        inner = decode_attr(items, depth + 1)
-        if dtype.kind == "c" or not isinstance(inner, (bool, int, float)):
-            raise LoadError(f"bad scalar attribute {value!r:.80}")
-        return dtype.type(inner)
-    if tag in ("tuple", "list", "slice"):
-        if not isinstance(items, list):
-            raise LoadError(f"a {tag} attribute must hold a list, got {items!r:.80}")
-        decoded = [decode_attr(v, depth + 1) for v in items]
-        if tag == "tuple":
-            return tuple(decoded)
-        if tag == "list":
-            return decoded
-        if len(decoded) != 3 or not all(v is None or type(v) is int for v in decoded):
-            raise LoadError(f"bad slice attribute {items!r:.80}")
-        return slice(*decoded)
-    if tag == "ellipsis":
-        return Ellipsis
-    if tag == "dtype":
-        return decode_dtype(items)
-    if tag == "array":
-        dtype, shape = decode_dtype(value.get("dtype")), value.get("shape")
-        if dtype.kind not in "biu" or not _is_shape(shape, allow_none=False) or not isinstance(items, list):
-            raise LoadError(f"bad array attribute {value!r:.80}")
-        if not all(type(v) in (int, bool) for v in items) or len(items) != int(np.prod(shape, dtype=np.int64)):
-            raise LoadError("an array attribute's entries do not match its shape and dtype")
-        try:
-            arr = np.array(items, dtype=dtype).reshape(shape)
-        except (OverflowError, ValueError) as err:
-            raise LoadError(f"bad array attribute: {err}") from None
-        arr.setflags(write=False)
-        return arr
-    if tag == "dict":
-        if not isinstance(items, dict):
-            raise LoadError("a dict attribute must hold an object")
-        return {k: decode_attr(v, depth + 1) for k, v in items.items()}
-    raise LoadError(f"unknown attribute tag {tag!r:.40}")
-
-
-def _is_shape(shape, allow_none=True):
-    return isinstance(shape, list) and len(shape) <= 64 and all(
-        (allow_none and d is None) or (type(d) is int and d >= 0) for d in shape)
 
 
 # ------------------------------------------------------------------ writing
@@ -204,22 +88,6 @@ def _dumps(value, indent=""):
         return "[\n" + ",\n".join(items) + "\n" + indent + "]"
     return json.dumps(value, allow_nan=False)
 
-
-def _one_line(value) -> bool:
-    # Loading writes these texts into comments of generated source: a newline there could smuggle in
-    # code, so saving and loading accept the same printable one-line strings of bounded length.
-    return isinstance(value, str) and len(value) <= MAX_TEXT and value.isprintable()
-
-
-def _text(value, what, one_line=True):
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"save: {what} must be a string, got {value!r:.80}")
-    if value is not None and one_line and not _one_line(value):
-        raise ValueError(f"save: {what} {value[:80]!r}{'...' if len(value) > 80 else ''} ({len(value)} characters) "
-                         f"cannot be stored: names, scopes and sources must be printable one-line strings of at "
-                         f"most {MAX_TEXT} characters (no tab, newline or control character), because loading "
-                         f"writes them into the generated code; rename it")
-    return value
 
 
 class _Tables:
@@ -327,14 +195,6 @@ def _read_zip(path, text_member, expected_format):
         if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biufc" or arr.dtype.fields is not None:
             raise LoadError(f"{path!r}: member {key!r} is not a numeric array")
     return doc, arrays
-
-
-def _check_text(value, what, optional=True):
-    if value is None and optional:
-        return None
-    if not _one_line(value):
-        raise LoadError(f"{what} must be a printable one-line string, got {value!r:.80}")
-    return value
 
 
 def _expect(cond, message):

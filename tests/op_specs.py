@@ -29,8 +29,8 @@ from staticgrad.ops import (
     sign,
     squeeze,
 )
+from staticgrad.ops.index import normalize_index
 from staticgrad.ops.registry import apply
-from staticgrad.ops.shape import normalize_index
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,17 @@ def test_bad_arguments_are_usage_errors_before_anything_runs(argv, message, caps
         main(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_without_a_checkout_says_so_in_one_line(capsys, monkeypatch):
+    import staticgrad.cli
+    monkeypatch.setattr(staticgrad.cli, "_benchmarks_cli", lambda: None)     # as an installed package has it
+    assert main(["bench", "--quick", "--only", "A"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "checkout" in err
+
+
+def test_bench_options_come_from_the_checkouts_harness():
+    import benchmarks.cli
+    import staticgrad.cli
+    assert staticgrad.cli._benchmarks_cli() is benchmarks.cli

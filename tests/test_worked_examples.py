@@ -1,4 +1,4 @@
-"""The hand-computed examples of shared/WORKED_EXAMPLES.md, number for number, and against PyTorch."""
+"""The hand-computed examples of docs/worked_examples.md, number for number, and against PyTorch."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Worked example 1 of shared/WORKED_EXAMPLES.md, built once for the tests that check it by hand.
+"""Worked example 1 of docs/worked_examples.md, built once for the tests that check it by hand.
 
 (Example 3, the sigmoid network, lives in the package: staticgrad.study.workloads.sigmoid_net_graph.)
 """

@@ -8,19 +8,27 @@ the reverse sweep's contributions as red edges, the way reverse mode is drawn by
 """
 from __future__ import annotations
 
-import html
 import os
-import re
 import shutil
 import subprocess
 
-import networkx as nx
-import numpy as np
 import pydot
 
-from ..graph import Graph
-from ..tensor import ROLES, StaticgradError, Tensor, format_shape
-from .trace import format_value, run_values, sweeps_of, tensor_closure
+from ..tensor import ROLES, StaticgradError, format_shape
+from .picture import (
+    _add_values,
+    _cluster_id,
+    _collapsed_group,
+    _esc,
+    _marks,
+    _total_size,
+    neighbourhood,
+    node_lines,
+    picture_of,
+    saved_size,
+    tooltip,
+)
+from .trace import format_value
 
 STYLES = {
     "forward": {"shape": "box", "style": "filled", "fillcolor": "#dbe9f6", "color": "#2b6ca3"},
@@ -42,219 +50,6 @@ FORMATS = ("svg", "png", "pdf")
 
 class GraphvizNotFound(StaticgradError, FileNotFoundError):
     """Graphviz's ``dot`` program, needed to render .svg/.png/.pdf, is not installed."""
-
-
-# ------------------------------------------------------------------ what is drawn
-class Picture:
-    """The graph to draw plus everything known about it (outputs, gradients, values, marks)."""
-
-    def __init__(self, graph, lookup, tensors=None):
-        self.graph = graph              # a staticgrad.graph.Graph
-        self.lookup = lookup            # {id: Node or Tensor}, wider than graph: for adjoint_of lookups
-        self.tensors = tensors or {}
-        self.values = None              # {id: array} when feeds were given
-        self.sweeps = sweeps_of(graph)
-        self.marks = {}                 # {id: (style dict, [label lines])}, used by diff_dot
-        self.note = ""                  # extra text for the legend
-
-    @property
-    def gradient_ids(self) -> set:
-        """Ids of tensors that carry gradients: contributions, fork sums and totals of every sweep."""
-        ids = set()
-        for steps, _ in self.sweeps:
-            for step in steps:
-                ids.update(step["parts"])
-                ids.add(step["adjoint"])
-                ids.update(c for _, c in step["sends"])
-        # the running sums at forks carry gradient too
-        ids.update(i for i, n in self.graph.nodes.items() if n.rule == "sum at fork")
-        return ids
-
-    def name_of(self, i) -> str:
-        node = self.lookup.get(i)
-        return node.label() if node is not None else f"#{i}"
-
-    def scope_of(self, node) -> str:
-        """A backward node is drawn in the scope of the forward node whose gradient it computes, and an
-        update node without a scope of its own in the scope of the parameter it updates."""
-        if node.role == "backward" and node.adjoint_of is not None:
-            fwd = self.lookup.get(node.adjoint_of)
-            if fwd is not None:
-                return fwd.scope or ""
-        if node.role == "update" and not node.scope:
-            return self._update_scopes().get(node.id, "")
-        return node.scope or ""
-
-    def _update_scopes(self) -> dict:
-        if getattr(self, "_update_scope_map", None) is None:
-            nodes, found = self.graph.nodes, {}
-            for p, e in self.graph.updates:
-                scope = nodes[p].scope or ""
-                stack = [e]
-                while stack:
-                    i = stack.pop()
-                    if i in found or nodes[i].role != "update":
-                        continue
-                    found[i] = scope
-                    stack.extend(nodes[i].inputs)
-            self._update_scope_map = found
-        return self._update_scope_map
-
-
-def picture_of(target, stage="optimized") -> Picture:
-    from ..function import Function
-    if isinstance(target, Function):
-        if stage not in ("optimized", "unoptimized"):
-            raise ValueError(f"to_dot: stage must be 'optimized' or 'unoptimized', got {stage!r}")
-        base = target.unoptimized
-        if stage == "unoptimized" and base is None:
-            raise ValueError("to_dot: this function keeps no unoptimized graph (it was linked from a loaded "
-                             "graph); draw stage='optimized'")
-        graph = base if stage == "unoptimized" else target.ir
-        lookup = dict(tensor_closure(base)) if base is not None else {}
-        lookup.update(base.nodes if base is not None else {})
-        lookup.update(graph.nodes)
-        pic = Picture(graph, lookup)
-        pic.function = target
-        return pic
-    if isinstance(target, Tensor):
-        tensors = [target]
-    else:
-        tensors = list(target)
-        if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-            raise TypeError("to_dot: expected a tensor, a non-empty list of tensors or a compiled function, "
-                            f"got {type(target).__name__}")
-    graph = Graph.from_tensors(tensors)
-    graph.assign_roles()
-    lookup = dict(tensor_closure(graph))
-    lookup.update(graph.nodes)
-    pic = Picture(graph, lookup)
-    pic.function = None
-    return pic
-
-
-def _add_values(pic, feeds):
-    target = pic.function if pic.function is not None else pic.graph
-    values, _ = run_values(target, feeds)
-    if pic.function is not None:
-        # Nodes a pass created (new ids) are computed from their inputs when the registry knows their op.
-        from .trace import evaluate, feeds_by_id
-        values = evaluate(pic.graph, feeds_by_id(pic.function, feeds), known=values)
-    pic.values = values
-
-
-# ------------------------------------------------------------------ labels and sizes
-def _bytes(n) -> str:
-    """The exact count of bytes, with a rounded larger unit alongside from 1 KiB up ("9600 B (9.4 KiB)")."""
-    exact = f"{int(n)} B"
-    if n < 1024:
-        return exact
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            return f"{exact} ({n:.1f} {unit})"
-
-
-def _static_bytes(node):
-    """(bytes, True) for a fully known static shape, else (bytes per unit of the unknown dims, False)."""
-    n = int(np.prod([d for d in node.shape if d is not None], dtype=np.int64)) * node.dtype.itemsize
-    return n, None not in node.shape
-
-
-def saved_size(node, value=None) -> str:
-    """The bytes a saved forward value takes: measured when its value is known, else from its static shape
-    (with unknown dims: the bytes per unit of them, followed by "× ?")."""
-    if value is not None:
-        return _bytes(np.asarray(value).nbytes)
-    n, known = _static_bytes(node)
-    return _bytes(n) if known else f"{_bytes(n)} × ? (unknown dims)"
-
-
-def _total_size(nodes, values) -> str:
-    fixed, per_unknown = 0, 0
-    for node in nodes:
-        v = values.get(node.id) if values else None
-        if v is not None:
-            fixed += np.asarray(v).nbytes
-            continue
-        n, known = _static_bytes(node)
-        if known:
-            fixed += n
-        else:
-            per_unknown += n
-    if not per_unknown:
-        return _bytes(fixed)
-    return (f"{_bytes(fixed)} + " if fixed else "") + f"{_bytes(per_unknown)} × ?"
-
-
-def _esc(text) -> str:
-    return html.escape(str(text), quote=False)
-
-
-def node_lines(pic, node) -> list:
-    """The label of ``node`` as lines of (already escaped) HTML."""
-    if node.op == "constant" and node.value is not None and np.size(node.value) <= 4:
-        head = f"constant <B>{_esc(format_value(node.value))}</B>" + (f" {_esc(node.name)}" if node.name else "")
-    else:
-        head = f"<B>{_esc(node.op)}</B>" + (f" {_esc(node.name)}" if node.name else "")
-    lines = [head, f'<FONT POINT-SIZE="10">{_esc(format_shape(node.shape))} {_esc(node.dtype)}</FONT>']
-    if pic.values is not None and node.op != "constant":
-        lines.append(f'<FONT POINT-SIZE="10" COLOR="#1f4e79">= {_esc(format_value(pic.values.get(node.id)))}</FONT>')
-    return lines
-
-
-def _marks(pic, node, outputs) -> list:
-    lines = [f"output {k}" for k in outputs.get(node.id, [])]
-    meta = node.meta or {}
-    if "grad_of" in meta:
-        steps = meta.get("sweep") or []
-        y = pic.name_of(steps[0]["node"]) if steps else "y"
-        what = f"gradient d{y}/d{pic.name_of(meta['grad_of'])}"
-        lines = [f"{lines[0]}: {what}"] + lines[1:] if lines else [what]
-    return [f'<FONT POINT-SIZE="10" COLOR="#7f0000"><B>{_esc(t)}</B></FONT>' for t in lines]
-
-
-def tooltip(pic, node) -> str:
-    parts = [f"{node.label()}: {node.op} {format_shape(node.shape)} {node.dtype}, built at {node.source or '?'}"]
-    if node.scope:
-        parts.append(f"name scope: {node.scope}")
-    if node.adjoint_of is not None:
-        fwd = pic.lookup.get(node.adjoint_of)
-        what = f"{fwd.label()} ({fwd.op} at {fwd.source})" if fwd is not None else f"node {node.adjoint_of}"
-        parts.append(f"adjoint of {what}, VJP rule: {node.rule}")
-    if pic.values is not None and node.id in pic.values:
-        parts.append(f"value: {format_value(pic.values[node.id], max_size=64)}")
-    return "\n".join(parts)
-
-
-# ------------------------------------------------------------------ choosing what to draw
-def neighbourhood(graph, around, depth) -> set:
-    """Ids within ``depth`` edges (either direction) of ``around`` (a tensor, a node or an id)."""
-    i = around.id if hasattr(around, "id") else around
-    if i not in graph.nodes:
-        what = around.label() if hasattr(around, "op") else f"node {i}"
-        raise ValueError(f"to_dot: around={what} is not in the drawn graph (a pass may have removed it: "
-                         "try stage='unoptimized')")
-    g = nx.Graph()
-    g.add_nodes_from(graph.nodes)
-    g.add_edges_from((j, n.id) for n in graph.nodes.values() for j in n.inputs)
-    return set(nx.single_source_shortest_path_length(g, i, cutoff=int(depth)))
-
-
-def _collapsed_group(scope, collapse):
-    """The name scope a node of ``scope`` is folded into, or None."""
-    if not collapse or not scope:
-        return None
-    if collapse is True:
-        return scope.split("/")[0]
-    for name in sorted(collapse, key=lambda s: s.count("/")):
-        if scope == name or scope.startswith(name + "/"):
-            return name
-    return None
-
-
-def _cluster_id(*parts) -> str:
-    return re.sub(r"\W", "_", "_".join(parts))
 
 
 # ------------------------------------------------------------------ drawing

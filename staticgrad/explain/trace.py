@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-from ..feeds import check_feed
 from ..autodiff import summed_from
+from ..feeds import check_feed
 from ..function import ExecutionError, Function
 from ..graph import Graph
 from ..ops.registry import REGISTRY

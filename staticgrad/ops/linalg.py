@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from ..tensor import ShapeError, Tensor, TensorLike, format_shape
-from .reduce import expand_dims, squeeze
+from .broadcast import expand_dims, squeeze
 from .registry import C_ORDER, OUT, apply, broadcast_shapes, coerce, defop
 from .shape import swap_last
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..tensor import Tensor
-from . import elementary, elementwise, linalg, powers, reduce, shape
+from . import elementary, elementwise, index, linalg, powers, reduce, shape
 
 
 def _swap(fn):
@@ -21,7 +21,7 @@ METHODS = {
     "__ge__": elementwise.greater_equal,
     "__eq__": lambda self, other: _compare(elementwise.equal, self, other),
     "__ne__": lambda self, other: _compare(elementwise.not_equal, self, other),
-    "__getitem__": shape.getitem,
+    "__getitem__": index.getitem,
     "sum": reduce.sum, "mean": reduce.mean, "max": reduce.max, "min": reduce.min,
     "reshape": shape.reshape, "astype": elementwise.cast,
 }

@@ -11,7 +11,7 @@ import numpy as np
 from .. import ops
 from ..tensor import name_scope, parameter, placeholder
 
-# The 2-3-2-1 sigmoid network of WORKED_EXAMPLES.md example 3. W and U hold one unit's weights per row, as
+# The 2-3-2-1 sigmoid network of docs/worked_examples.md example 3. W and U hold one unit's weights per row, as
 # the document writes W x, so the layers multiply by their transposes.
 SIGMOID_NET_NAMES = ("W", "b1", "U", "d", "v", "b")
 SIGMOID_NET_PARAMS = [np.array([[.3, .6], [.4, .7], [.8, .1]]), np.array([.2, .5, .9]),
@@ -54,7 +54,7 @@ def sigmoid_net_graph(params=None):
             net.update((k, parameter(values[k], name=k)) for k in names)
     net["params"] = [net[k] for k in SIGMOID_NET_NAMES]
     net.update(sigmoid_net_parts(net["x"], net["y"], *net["params"]))
-    net["loss"].name = "L"          # as WORKED_EXAMPLES.md calls it; pictures label gradients dL/dW
+    net["loss"].name = "L"          # as docs/worked_examples.md calls it; pictures label gradients dL/dW
     return net
 
 

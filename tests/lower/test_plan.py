@@ -401,7 +401,7 @@ def test_the_compiled_function_keeps_numpy_semantics_on_later_calls():
 
 
 def test_tiny_float_graphs_run_as_scalar_code():
-    # the 20-parameter network of WORKED_EXAMPLES.md example 3: a plan of a few numbers per tensor
+    # the 20-parameter network of docs/worked_examples.md example 3: a plan of a few numbers per tensor
     x = sg.placeholder((None, 2), name="x")
     W = sg.parameter(np.array([[.3, .6], [.4, .7], [.8, .1]]), name="W")
     h = sg.sigmoid(x @ W.T)
@@ -670,7 +670,7 @@ def test_a_value_read_only_for_its_shape_is_not_computed(rng, scalar):
 @pytest.mark.parametrize("x_shape, g_shape", [((None, 1), (None, 3)), ((None,), (4, None)), ((None, 1), (5, None, 3))],
                          ids=["size-1 axis", "leading axis", "both"])
 def test_sum_like_at_known_sizes_is_the_same_sum(rng, x_shape, g_shape):
-    from staticgrad.ops.reduce import _sum_like_kernel
+    from staticgrad.ops.broadcast import _sum_like_kernel
     x = sg.placeholder(x_shape, name="x", requires_grad=True)
     z = sg.placeholder(g_shape, name="z")
     (gx,) = sg.grad(sg.sum(sg.sin(x * z)), [x])

@@ -190,7 +190,7 @@ def test_a_broadcast_like_over_a_reference_of_unknown_size_keeps_its_run_time_ch
 def test_an_exponent_folded_into_a_broadcast_keeps_numpys_per_element_power():
     # broadcast(0.25) * 2 is a fresh array of 0.5, read per element by numpy's power (pow(-inf) is inf);
     # folded into a broadcast view of one 0.5, numpy would read one exponent and take sqrt (nan)
-    from staticgrad.ops.reduce import broadcast_to
+    from staticgrad.ops.broadcast import broadcast_to
     X = np.tile([-np.inf, -0.0, 4.0, 9.0], 16).reshape(8, 8)
     x = sg.placeholder((8, 8), name="x")
     y = x ** (broadcast_to(sg.constant(0.25), (8, 8)) * 2.0)
