@@ -402,12 +402,16 @@ class ScalarProgram:
 
 
 def _numpy_one(ufunc):
-    def one(*values):
-        return float(ufunc(*values))      # (a Python float: the generated code's division must still raise)
-    return one
+    if ufunc.nin == 1:          # (no argument packing for the common case: these run on every call)
+        def one(value):
+            return float(ufunc(value))     # (a Python float: the generated code's division must still raise)
+        return one
+    return lambda *values: float(ufunc(*values))
 
 
 def _numpy_each(ufunc):
-    def each(*columns):
-        return ufunc(*columns).tolist()
-    return each
+    if ufunc.nin == 1:
+        def each(column):
+            return ufunc(column).tolist()
+        return each
+    return lambda *columns: ufunc(*columns).tolist()
