@@ -234,8 +234,6 @@ def scalar_broadcast(rw, node):
 
 def unary_of_broadcast(rw, node):
     """f(broadcast(c)) -> broadcast(f(c)) for a constant c, with f(c) computed now."""
-    if len(node.inputs) != 1:
-        return None
     (x,) = rw.inputs(node)
     if not is_a(x, BROADCAST) or node.dtype.kind not in "fc":
         return None
@@ -276,9 +274,12 @@ RULES = {
     "cast": [cast_same],
 }
 for _name, _op in REGISTRY.items():
-    # Every other elementwise op also reads scalar broadcasts directly, and one of one input is computed now.
+    # Every other elementwise op also reads scalar broadcasts directly, and one whose per-element template
+    # reads one operand is computed now on a broadcast constant.
     if _op.has(ELEMENTWISE) and _name != "cast":
-        RULES.setdefault(_name, [scalar_broadcast]).append(unary_of_broadcast)
+        RULES.setdefault(_name, [scalar_broadcast])
+        if isinstance(_op.scalar, str) and "{1}" not in _op.scalar:
+            RULES[_name].append(unary_of_broadcast)
     if _op.has(LAYOUT):
         RULES.setdefault(_name, []).append(layout_of_broadcast)
 
