@@ -128,3 +128,19 @@ def test_networkx_view_has_the_documented_attributes():
         assert data["role"] == "forward"
     assert g.has_edge(h.id, next(i for i, d in g.nodes(data=True) if d["op"] == "mul"))
     assert g.number_of_edges() == sum(len(set(n.inputs)) for n in graph.nodes.values())
+
+
+def test_reverse_order_is_networkxs_lexicographic_order_of_the_reversed_graph():
+    # eager mode's tape walk and sg.grad's networkx sort must visit nodes in the same order
+    from staticgrad.graph import reverse_order
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        x = sg.placeholder((2,), name="x", requires_grad=True)
+        made = [x, x * 2.0]
+        for _ in range(30):
+            a, b = (made[k] for k in rng.integers(0, len(made), 2))
+            made.append(a * b if rng.random() < 0.5 else a + sg.sin(b))
+        y = sg.sum(made[-1] + made[len(made) // 2])
+        walked = [t.id for t in reverse_order([y], lambda t: True)]
+        graph = to_digraph([y])
+        assert walked == list(nx.lexicographical_topological_sort(graph.reverse(copy=False)))
