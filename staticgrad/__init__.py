@@ -3,7 +3,7 @@
 Describe a computation once over placeholders and parameters, get its gradients as more graph with
 ``grad``, and ``compile`` forward, backward and parameter updates into one callable.
 
-Layers: a module imports only from its own layer or the layers listed above it (tests/test_layers.py
+Layers: a module imports only from its own layer or the layers listed above it (tests/test_package.py
 checks this against every import in the package, and that no imports go round in a circle).
 
     tensor                                   the node type; errors; name scopes

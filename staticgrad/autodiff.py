@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import networkx as nx
 
 from . import stable
-from .graph import ancestors, to_digraph
+from .graph import ancestors, sweep_key, to_digraph
 from .ops.broadcast import broadcast_to
 from .ops.elementwise import cast
 from .ops.reduce import sum as reduce_sum
@@ -260,8 +260,8 @@ def _symbolic_sweep(y, wrt, seed):
         if w.id in graph:
             cone.add(w.id)
             cone.update(nx.descendants(graph, w.id))
-    order = [graph.nodes[i]["tensor"] for i in nx.lexicographical_topological_sort(graph.reverse(copy=False))
-             if i in cone]
+    order = [graph.nodes[i]["tensor"] for i in nx.lexicographical_topological_sort(graph.reverse(copy=False),
+                                                                                     key=sweep_key) if i in cone]
     mode = _Symbolic(cone, origin)
     reverse_sweep(order, [(ty, seed)] if ty.id in cone else [], mode)
     return {w.id: mode.adjoint[t.id] for w, t in zip(wrt, twrt) if t.id in mode.adjoint}, mode.steps

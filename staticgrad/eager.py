@@ -392,7 +392,8 @@ def _stable(roots, collect):
     sg.grad differentiates it: leaves stay, so gradients still land in their ``.grad``."""
     order = reverse_order(roots, _needs_grad)
     keep = [t for t in order if collect and t.id in collect]
-    twin = stable_twin(order[::-1], keep)
+    # in creation order, as sg.grad builds its twin: the twins' ids, and so the sweep, come out the same
+    twin = stable_twin(sorted(order, key=lambda t: t.id), keep)
     if not twin:
         return order, roots, {}
     roots = [twin.get(r.id, r) for r in roots]

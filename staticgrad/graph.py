@@ -45,6 +45,11 @@ def topological_order(tensors) -> list:
     return [g.nodes[i]["tensor"] for i in nx.topological_sort(g)]
 
 
+def sweep_key(node_id):
+    """The tie-break of a reverse sweep among the nodes ready: creation order, the earliest made first."""
+    return node_id
+
+
 def reverse_order(roots, follow) -> list:
     """The tensors ``roots`` depend on through inputs ``follow(t)`` accepts, each after all of its consumers
     among them, and of those ready the earliest made first (the smallest id): the order a reverse sweep
@@ -65,17 +70,17 @@ def reverse_order(roots, follow) -> list:
         for i in {x.id for x in t.inputs}:
             if i in waiting:
                 waiting[i] += 1
-    ready = [i for i, n in waiting.items() if n == 0]
+    ready = [(sweep_key(i), i) for i, n in waiting.items() if n == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-        t = found[heapq.heappop(ready)]
+        t = found[heapq.heappop(ready)[1]]
         order.append(t)
         for i in {x.id for x in t.inputs}:
             if i in waiting:
                 waiting[i] -= 1
                 if waiting[i] == 0:
-                    heapq.heappush(ready, i)
+                    heapq.heappush(ready, (sweep_key(i), i))
     return order
 
 

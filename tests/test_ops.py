@@ -569,3 +569,20 @@ def test_the_gradients_building_blocks_as_functions():
     for g, w in ((sg.sum_like(ex, eb), want[0]), (sg.size(ex), want[3]), (sg.one_hot(eager.tensor(T), ex), want[7])):
         assert getattr(g, "_eager", False)
         np.testing.assert_array_equal(g.numpy(), w)
+
+
+def test_arctan2_has_torchs_zero_gradient_at_the_origin():
+    y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
+    gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)
+    assert gy == 0.0 and gx == 0.0
+
+
+def test_argmax_takes_one_axis_or_none():
+    x = sg.placeholder((2, 3), name="x")
+    with pytest.raises(TypeError, match="argmax: axis must be one integer"):
+        sg.argmax(x, axis=(0, 1))
+    X = np.array([[1.0, 5.0, 2.0], [7.0, 0.0, 7.0]])
+    for axis in (None, 0, 1, -1):
+        for keep in (False, True):
+            got = sg.compile(sg.argmin(x, axis=axis, keepdims=keep), inputs=[x])(X)
+            np.testing.assert_array_equal(got, np.argmin(X, axis=axis, keepdims=keep))

@@ -25,13 +25,14 @@ def power(a, b):
     # that round differently from pow on some inputs: a square root for 0.5 (also sqrt(-inf) is nan and
     # sqrt(-0.0) -0.0, where pow gives inf and 0.0), a*a for 2 and 1/a for -1 (checked bit for bit on
     # 2e5 numbers of every magnitude; its other exponents give pow's results). math.pow and math.sqrt:
-    # Python's ** would make a complex number of a negative base; these raise instead (numba: nan).
+    # Python's ** would make a complex number of a negative base; these raise instead, and compiled by numba
+    # give the hardware's NaN, as numpy does (its sign included).
     if b == 2.0:
         return a * a
     if b == -1.0:
         return 1.0 / a
     if b == 0.5:
-        return math.sqrt(a) if not a < 0.0 else math.nan
+        return math.sqrt(a)
     return math.pow(a, b)
 
 

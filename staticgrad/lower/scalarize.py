@@ -28,6 +28,7 @@ from ..ops.registry import REARRANGES, REGISTRY, VIEW
 from ..tensor import LEAVES
 from . import scalar_math
 from .codegen import comment, identifier
+from .memory import permuted_values
 
 MAX_STATEMENTS = 4000          # beyond this, numpy's vector calls win anyway
 PER_CALL = 6     # scalar statements that cost about as much as one numpy call on a tiny array
@@ -98,7 +99,7 @@ _GENERATED = re.compile(r"^[sau]\d+(_\d+)?$")    # names the generated code uses
 def generate(graph, order, params, inputs, shapes) -> tuple[str, set]:
     """(source of ``run`` computing ``graph`` on Python scalars, the numpy functions it calls); raises
     Unsupported when it cannot."""
-    em = Emitter(graph.nodes, shapes)
+    em = Emitter(graph.nodes, shapes, permuted_values(graph, order))
     val = {}
     # (a placeholder named abs or max must not hide the builtin the generated code calls)
     args, taken = [], set(HELPERS) | set(dir(builtins)) | {"run", "P"}
@@ -213,8 +214,8 @@ def _fill(text, operands, results):
 class Emitter:
     """Statements of one scalar ``run``, and what the ops' scalar rules use to write them."""
 
-    def __init__(self, nodes, shapes):
-        self.nodes, self.shapes = nodes, shapes
+    def __init__(self, nodes, shapes, permuted=frozenset()):
+        self.nodes, self.shapes, self.permuted = nodes, shapes, permuted
         self.lines, self.count, self.used = [], 0, set()
 
     # ---------------------------------------------------------------- statements
@@ -326,9 +327,13 @@ class Emitter:
             return expr          # (a call's result as it is)
         return self.assign(expr)
 
-    def adder(self, shape, axes):
-        """How numpy adds along ``axes`` of a C-ordered array of ``shape``: pairwise when they are the
-        innermost axes (size-1 axes aside), one after another when they are the outer ones."""
+    def adder(self, shape, axes, of=None):
+        """How numpy adds along ``axes`` of a C-ordered array of ``shape`` (the value of node ``of``):
+        pairwise when they are the innermost axes (size-1 axes aside), one after another when they are the
+        outer ones. A value laid out in another order than its axes (a transpose, or made from one) numpy
+        adds in memory order: refused."""
+        if of in self.permuted:
+            raise Unsupported("a sum over a value laid out in another order than its axes")
         kept = [a for a in range(len(shape)) if a not in axes and shape[a] != 1]
         summed = [a for a in axes if shape[a] != 1]
         if not kept or min(summed, default=len(shape)) > max(kept):

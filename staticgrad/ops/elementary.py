@@ -49,6 +49,8 @@ sign = unary(elementwise("sign", np.sign, None, scalar="sign({0})", torch=lambda
 
 def _arctan2_vjp(g, out, y, x):
     spread = square(x) + square(y)
+    # at the origin the angle has no derivative: 0 there, as torch gives, not 0/0
+    spread = where(spread == 0, 1, spread)
     return g * x / spread, neg(g * y / spread)
 
 

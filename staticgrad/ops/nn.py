@@ -224,7 +224,7 @@ def _sce_scalar(em, node, ins, shape):
     np.add.reduce's order, so the bits are the kernel's."""
     logits, labels = ins
     rows, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    add_row = em.adder(rows.shape, (1,))
+    add_row = em.adder(rows.shape, (1,), of=node.inputs[0])
     totals, maxima, picked = [], [], []
     for row, label in zip(rows, labels):
         em.check_label(label, len(row))

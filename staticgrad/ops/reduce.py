@@ -98,7 +98,7 @@ def _summing(mean):
     in numpy's order of additions."""
     def rule(em, node, ins, shape):
         (x,), axes = ins, node.attrs["axis"]
-        add = em.adder(x.shape, axes)
+        add = em.adder(x.shape, axes, of=node.inputs[0])
         moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
         kept = moved.shape[:x.ndim - len(axes)]
         n = math.prod(moved.shape[len(kept):])
@@ -152,7 +152,7 @@ def rowwise_scalar(kind):
         if len(axes) != 1:
             em.refuse(f"{kind} over several axes")
         (axis,) = axes
-        add = em.adder(x.shape, axes)
+        add = em.adder(x.shape, axes, of=node.inputs[0])
         moved = np.moveaxis(x, axis, -1)
         out = np.empty(moved.shape if kind != "logsumexp" else moved.shape[:-1], dtype=object)
         for idx in np.ndindex(moved.shape[:-1]):
@@ -219,6 +219,9 @@ def _arg_op(name, kernel, torch_name):
     def fn(x: TensorLike, axis: int | None = None, keepdims: bool = False) -> Tensor:
         (x,) = coerce(x)
         if axis is not None:
+            if isinstance(axis, (tuple, list)):
+                raise TypeError(f"{name}: axis must be one integer or None, as in numpy, got {axis!r} "
+                                f"(at {user_frame()})")
             (axis,) = op_axes(name, axis, x.ndim)
         _nonempty(name, x, tuple(range(x.ndim)) if axis is None else (axis,))
         return apply(name, (x,), {"axis": axis, "keepdims": bool(keepdims)})

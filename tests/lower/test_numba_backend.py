@@ -284,3 +284,16 @@ def test_large_regions_fuse_only_for_an_op_numpy_runs_one_number_at_a_time():
         fn = sg.compile(y, inputs=[x], backend="numba")
         assert_same([fn(X)], [sg.compile(y, inputs=[x])(X)])
         assert fn.report().summary["fused_regions"] == regions
+
+
+def test_the_square_root_shortcut_gives_numpys_nan():
+    # x**0.5 of a negative number: the hardware's NaN, its sign included, as numpy's sqrt gives it
+    x = sg.placeholder((6,), dtype="float32", name="x")
+    h = x
+    for _ in range(4):
+        h = sg.where(h > 0.0, h * 1.5, h) + 0.0
+    y = h ** 0.5 + sg.sqrt(sg.abs(h))
+    X = np.array([-2.0, 4.0, -0.0, 1.0, -9.0, 0.25], np.float32)
+    with np.errstate(invalid="ignore"):
+        want, got = sg.compile(y, inputs=[x])(X), sg.compile(y, inputs=[x], backend="numba")(X)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
