@@ -65,20 +65,16 @@ class _Names:
         self._by_id = {}
 
     def bind(self, prefix, value):
-        key = (prefix, id(value))
+        return self._named((prefix, id(value)), prefix, value)
+
+    def kernel(self, op, kernel):
+        return self._named(("kernel", op, id(kernel)), re.sub(r"[^a-z0-9_]", "_", op.lower()) + "_", kernel)
+
+    def _named(self, key, prefix, value):
         name = self._by_id.get(key)
         if name is None:
             name = f"{prefix}{len(self.namespace)}"
             self.namespace[name] = value
-            self._by_id[key] = name
-        return name
-
-    def kernel(self, op, kernel):
-        key = ("kernel", op, id(kernel))
-        name = self._by_id.get(key)
-        if name is None:
-            name = f"{re.sub(r'[^a-z0-9_]', '_', op.lower())}_{len(self.namespace)}"
-            self.namespace[name] = kernel
             self._by_id[key] = name
         return name
 
