@@ -31,6 +31,7 @@ class Mode:
     run, where each node's total gradient goes, and whose VJP the new tensors belong to."""
 
     name = "grad"
+    keeps_parts = False     # whether ``reached`` is given each node's terms (else None: they can go once added)
 
     def needs(self, x) -> bool:
         raise NotImplementedError
@@ -39,7 +40,8 @@ class Mode:
         return opdef.vjp(g, node, *node.inputs, **node.attrs)
 
     def reached(self, node, g, parts):
-        """``node``'s total gradient ``g``, summed from ``parts``; returns a list to record its sends in, or None."""
+        """``node``'s total gradient ``g`` (summed from ``parts``, with ``keeps_parts``); returns a list to
+        record its sends in, or None."""
         return None
 
     def provenance(self, node):
@@ -53,7 +55,7 @@ def reverse_sweep(order, seeds, mode: Mode):
     Each node's contributions are summed as they arrive (the first as it is, then ``total + term``), so
     a compiled plan can drop each term once added; VJP results are reduced to their input's shape.
     """
-    pending = {t.id: (s, [s]) for t, s in seeds}
+    pending = {t.id: (s, [s] if mode.keeps_parts else None) for t, s in seeds}
     for node in order:
         entry = pending.pop(node.id, None)
         if entry is None:
@@ -93,10 +95,11 @@ def _send(node, opdef, g, needs, mode, pending, sends):
             if sends is not None:
                 sends.append((x.id, contribution.id))
             if x.id not in pending:
-                pending[x.id] = (contribution, [contribution])
+                pending[x.id] = (contribution, [contribution] if mode.keeps_parts else None)
                 continue
             total, parts = pending[x.id]
-            parts.append(contribution)
+            if parts is not None:
+                parts.append(contribution)
             with building(adjoint_of=mode.provenance(x)[0], rule="sum at fork"):
                 pending[x.id] = (total + contribution, parts)
 
@@ -227,6 +230,8 @@ def _seed(y, grad_output, source):
 
 class _Symbolic(Mode):
     """sg.grad's sweep: tensors on a path from a ``wrt`` to y need gradients; every step is recorded."""
+
+    keeps_parts = True      # (tensors of the graph: the record costs no memory at run time)
 
     def __init__(self, cone, origin):
         self.cone, self.origin, self.adjoint, self.steps = cone, origin, {}, []
