@@ -43,12 +43,6 @@ class Backend:
         settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning}
         return Backend(**{**settings, **changes})
 
-    def __eq__(self, other):
-        return isinstance(other, Backend) and repr(self) == repr(other)
-
-    def __hash__(self):
-        return hash(repr(self))
-
     def __repr__(self):
         return f"Backend({self.name!r}, scalar={self.scalar}, memory_planning={self.memory_planning})"
 
