@@ -28,18 +28,25 @@ def _normalize_updates(updates, source):
             raise ValueError(f"compile: parameter {param.label()!r} is updated twice (at {source})")
         seen.add(param.id)
         expr = as_tensor(expr, like=param.dtype)
-        try:
-            shape = broadcast_shapes(expr.shape, param.shape)
-        except ShapeError:
-            shape = None
-        if shape != param.shape:
-            raise ShapeError(f"compile: update of parameter {param.label()!r} has shape {format_shape(expr.shape)}, "
-                             f"expected {format_shape(param.shape)} (at {source})")
-        if not np.can_cast(expr.dtype, param.dtype, "same_kind"):
-            raise TypeError(f"compile: update of parameter {param.label()!r} has dtype {expr.dtype}, "
-                            f"which cannot become {param.dtype} (at {source})")
+        refusal = update_refusal(param, expr)
+        if refusal is not None:
+            raise type(refusal)(f"compile: update of parameter {param.label()!r} {refusal} (at {source})")
         out.append((param, expr))
     return out
+
+
+def update_refusal(param, expr):
+    """Why ``expr`` cannot become the value of ``param`` (tensors or IR nodes), as an exception, or None.
+    Loading a saved function asks this of each of its updates too."""
+    try:
+        shape = broadcast_shapes(expr.shape, param.shape)
+    except ShapeError:
+        shape = None
+    if shape != param.shape:
+        return ShapeError(f"has shape {format_shape(expr.shape)}, expected {format_shape(param.shape)}")
+    if not np.can_cast(expr.dtype, param.dtype, "same_kind"):
+        return TypeError(f"has dtype {expr.dtype}, which cannot become {param.dtype}")
+    return None
 
 
 def _placeholders(roots):
