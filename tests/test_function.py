@@ -280,7 +280,7 @@ def test_updates_accept_dict_and_python_scalars(compile_both):
                          ids=["scalar", "row"])
 def test_an_update_of_another_shape_is_refused_not_broadcast(value):
     A = sg.parameter(np.ones((2, 3)), name="A")
-    with pytest.raises(sg.ShapeError, match=r"parameter .A. has shape .* expected \(2, 3\) \(at test_function"):
+    with pytest.raises(sg.ShapeError, match=r"parameter .A. has shape .* expected \(2, 3\); .*\(at test_function"):
         sg.compile([], updates=[(A, value(A))])
     A2 = sg.parameter(np.ones((2, 3)), name="A2")
     fn = sg.compile([], updates=[(A2, sg.broadcast_to(sg.sum(A2), (2, 3)))])     # said outright, it is taken
