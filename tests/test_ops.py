@@ -571,6 +571,15 @@ def test_the_gradients_building_blocks_as_functions():
         np.testing.assert_array_equal(g.numpy(), w)
 
 
+def test_split_refuses_a_gradient_that_is_not_the_concatenation_of_its_refs():
+    # Found by tests/test_fuzz.py: split accepted any g, and its own VJP (a concatenate) failed later in sg.grad.
+    x, y = sg.placeholder((None, 3), name="x"), sg.placeholder((2, 3), name="y")
+    for g in (sg.placeholder((2, 1, 3)), sg.placeholder((None, 4)), sg.placeholder((7, 3))):
+        with pytest.raises(sg.ShapeError, match=r"split: g of shape .* is not the concatenation along axis 0"):
+            sg.ops.split(g, [y, y], axis=0, part=1)
+    assert sg.ops.split(sg.placeholder((None, 3)), [x, y], axis=0, part=1).shape == (2, 3)
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)

@@ -203,6 +203,11 @@ def _split_kernel(g, *refs, axis, part):
 
 def _split_spec(inputs, axis, part):
     g, refs = inputs[0], inputs[1:]
+    # g must be the concatenation of the refs (as concatenate's VJP makes it): the VJP concatenates again
+    whole, _ = _concat_spec(refs, axis)
+    if len(whole) != g.ndim or any(a is not None and b is not None and a != b for a, b in zip(whole, g.shape)):
+        raise ShapeError(f"g of shape {format_shape(g.shape)} is not the concatenation along axis {axis} of "
+                         + ", ".join(format_shape(r.shape) for r in refs))
     shape = list(g.shape)
     shape[axis] = refs[part].shape[axis]
     return tuple(shape), g.dtype
