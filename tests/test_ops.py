@@ -580,6 +580,17 @@ def test_split_refuses_a_gradient_that_is_not_the_concatenation_of_its_refs():
     assert sg.ops.split(sg.placeholder((None, 3)), [x, y], axis=0, part=1).shape == (2, 3)
 
 
+def test_sum_like_rule_itself_refuses_a_reference_that_does_not_broadcast_to_g():
+    # Found by tests/test_fuzz.py: only sg.sum_like checked this, so apply("sum_like", ...) (and eager mode
+    # through it) promised the reference's shape, (None, None) here, for a kernel result of shape (1,).
+    from staticgrad.ops.registry import apply
+    g, ref = sg.placeholder((None,), name="g"), sg.placeholder((None, None), name="ref")
+    with pytest.raises(sg.ShapeError, match=r"sum_like: \(None, None\) does not broadcast to \(None,\)"):
+        apply("sum_like", (g, ref))
+    with pytest.raises(sg.ShapeError, match="sum_like"):
+        apply("sum_like", (eager.tensor(np.ones(1)), eager.tensor(np.ones((1, 2)))))
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
 from .registry import (
     BROADCAST,
     LAYOUT,
@@ -155,7 +155,14 @@ def _sum_like_specialize(node, shapes, nodes):
     return node
 
 
-_SUM_LIKE = defop("sum_like", _sum_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+def _sum_like_spec(inputs):
+    x, like = inputs
+    if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
+        raise ShapeError(f"{format_shape(like.shape)} does not broadcast to {format_shape(x.shape)}")
+    return like.shape, x.dtype
+
+
+_SUM_LIKE = defop("sum_like", _sum_like_kernel, _sum_like_spec,
                   lambda g, out, gin, ref: (apply("broadcast_like", (g, gin)), None), SHAPE_REF | SHAPE_OF_REF,
                   specialize=_sum_like_specialize, torch=lambda T: lambda g, ref: g.sum_to_size(ref.shape),
                   unsupported={"scalar": "a sum over both leading and stretched axes has no scalar form yet; "
@@ -168,7 +175,4 @@ def sum_like(x: TensorLike, like: TensorLike) -> Tensor:
     """``x`` summed back to ``like``'s shape: over the axes that broadcasting ``like`` to x's shape adds or
     stretches, found from the run-time shapes (the gradient of broadcast_like)."""
     x, like = coerce(x, like)
-    if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
-        raise ShapeError(f"sum_like: {format_shape(like.shape)} does not broadcast to {format_shape(x.shape)} "
-                         f"(at {user_frame()})")
     return apply("sum_like", (x, like))
