@@ -591,6 +591,17 @@ def test_sum_like_rule_itself_refuses_a_reference_that_does_not_broadcast_to_g()
         apply("sum_like", (eager.tensor(np.ones(1)), eager.tensor(np.ones((1, 2)))))
 
 
+def test_softmax_cross_entropy_grad_rule_itself_checks_the_labels():
+    # Found by tests/test_fuzz.py: only the public function checked, so apply (and eager mode) took labels
+    # of shape (1,) for logits of shape (1,), whose labels are 0-d (torch's twin then gives shape (1, 1)).
+    from staticgrad.ops.registry import apply
+    logits, labels = sg.placeholder((1,), name="z"), sg.placeholder((1,), dtype="int64", name="t")
+    with pytest.raises(sg.ShapeError, match=r"softmax_cross_entropy_grad: labels of shape \(1,\) do not match"):
+        apply("softmax_cross_entropy_grad", (logits, labels))
+    with pytest.raises(sg.ShapeError, match="softmax_cross_entropy_grad: labels"):
+        apply("softmax_cross_entropy_grad", (eager.tensor(np.zeros(1)), eager.tensor(np.zeros(1, np.int64))))
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)

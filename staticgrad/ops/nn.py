@@ -248,7 +248,12 @@ def _sce_torch(T):
 _SCE = defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp, flops=10, scalar_rule=_sce_scalar,
              scalar_kinds=(("f", "iu"), "f"), paired={"softmax_cross_entropy_grad": _sce_pair_kernel},
              torch=_sce_torch)
-_SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
+def _sce_grad_spec(inputs):
+    _sce_spec(inputs)                    # the loss's own checks of the labels
+    return inputs[0].shape, inputs[0].dtype
+
+
+_SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, _sce_grad_spec,
                   _sce_grad_vjp, unsupported={"scalar": "no scalar form yet (plans of a whole training step pair it "
                                                         "with the loss in one kernel)"}, torch=_sce_grad_torch,
                   doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
@@ -260,9 +265,7 @@ def softmax_cross_entropy_grad(logits: TensorLike, labels: TensorLike) -> Tensor
     softmax_cross_entropy(logits, labels) with respect to the logits, in one pass."""
     (logits,) = coerce(logits)
     (labels,) = coerce(labels)
-    logits = as_float(logits)
-    _sce_spec((logits, labels))          # the loss's own checks of the labels
-    return apply("softmax_cross_entropy_grad", (logits, labels))
+    return apply("softmax_cross_entropy_grad", (as_float(logits), labels))
 
 
 @_SCE.publish
