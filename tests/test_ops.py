@@ -602,6 +602,25 @@ def test_softmax_cross_entropy_grad_rule_itself_checks_the_labels():
         apply("softmax_cross_entropy_grad", (eager.tensor(np.zeros(1)), eager.tensor(np.zeros(1, np.int64))))
 
 
+def test_getitem_grad_gradient_of_a_broadcast_g_with_an_unknown_size_sums_what_was_broadcast():
+    # Found by tests/test_fuzz.py: g (None, 1) fed (1, 1) fills the (2, 3) indexed (numpy's assignment rule);
+    # its gradient took the unknown axis as unstretched and came out (2, 1), where eager mode gives (1, 1).
+    g = sg.placeholder((None, 1), name="g", requires_grad=True)
+    x = sg.placeholder((3, 4), name="x")
+    index = (slice(1, None), np.array([0, 0, 2]))
+    w = np.arange(12.0).reshape(3, 4)
+    d = sg.grad(sg.sum(sg.getitem_grad(g, x, index) * w), [g])[0]
+    assert d.shape == (None, 1)
+    picked = w[index]                      # (2, 3): what each element of g is added into
+    for fed, want in ((np.ones((1, 1)), picked.sum(keepdims=True)), (np.ones((2, 1)), picked.sum(1, keepdims=True))):
+        for optimize in (True, False):
+            got = sg.compile(d, inputs=[g, x], optimize=optimize)(fed, np.zeros((3, 4)))
+            np.testing.assert_array_equal(got, want)
+        ge = eager.tensor(fed, requires_grad=True)
+        np.testing.assert_array_equal(
+            eager.grad(sg.sum(sg.getitem_grad(ge, eager.tensor(np.zeros((3, 4))), index) * w), [ge])[0].value, want)
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)
