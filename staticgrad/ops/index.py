@@ -140,12 +140,7 @@ def _getitem_grad_spec(inputs, index, shape):
 
 
 def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
-    picked = getitem(g, index)
-    if None in gin.shape:
-        # gin may have been broadcast into the indexed shape (numpy's assignment rule) along an axis whose
-        # size only the run time knows: autodiff's static reduction would take that axis as unstretched
-        picked = apply("sum_like", (picked, gin))
-    return (picked,) + (None,) * len(ref)
+    return (getitem(g, index),) + (None,) * len(ref)
 
 
 def _getitem_grad_specialize(node, shapes, nodes):
