@@ -621,6 +621,16 @@ def test_getitem_grad_gradient_of_a_broadcast_g_with_an_unknown_size_sums_what_w
             eager.grad(sg.sum(sg.getitem_grad(ge, eager.tensor(np.zeros((3, 4))), index) * w), [ge])[0].value, want)
 
 
+def test_getitem_grad_rule_itself_refuses_a_g_that_cannot_fill_the_indexed_shape():
+    # Found by tests/test_fuzz.py: only sg.getitem_grad checked, so apply took a (1, None) g for the (2,)
+    # that x[:, 1] indexes (numpy's assignment drops leading 1s), and its gradient came out of rank 1.
+    from staticgrad.ops.index import normalize_index
+    from staticgrad.ops.registry import apply
+    g = sg.placeholder((1, None), name="g")
+    with pytest.raises(sg.ShapeError, match=r"getitem_grad: a gradient of shape \(1, None\) cannot fill \(2,\)"):
+        apply("getitem_grad", (g,), {"index": normalize_index((slice(None), 1)), "shape": (2, 3)})
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
 from .registry import REARRANGES, SHAPE_REF, VIEW, apply, coerce, defop
 
 
@@ -136,7 +136,15 @@ def _getitem_grad_kernel(g, ref=None, index=(), shape=None):
 
 def _getitem_grad_spec(inputs, index, shape):
     g = inputs[0]
-    return (inputs[1].shape if shape is None else tuple(shape)), g.dtype
+    shape = inputs[1].shape if shape is None else tuple(shape)
+    picked = _index_shape(shape, index)
+    # numpy's assignment rule: g broadcasts to the indexed shape (a None fits anything)
+    fits = len(g.shape) <= len(picked) and all(a in (1, None) or b is None or a == b
+                                                for a, b in zip(g.shape[::-1], picked[::-1]))
+    if not fits:
+        raise ShapeError(f"a gradient of shape {format_shape(g.shape)} cannot fill {format_shape(picked)}, "
+                         f"the shape indexed")
+    return shape, g.dtype
 
 
 def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
@@ -195,14 +203,6 @@ def getitem_grad(g: TensorLike, like: TensorLike | tuple[int, ...], index: Any) 
     indices adding up: the gradient of ``like[index]``."""
     (g,) = coerce(g)
     index = normalize_index(index)
-    shape = tuple(int(d) for d in like) if isinstance(like, tuple) else coerce(like)[0].shape
-    picked = _index_shape(shape, index)
-    # numpy's assignment rule: g broadcasts to the indexed shape (a None fits anything)
-    fits = len(g.shape) <= len(picked) and all(a in (1, None) or b is None or a == b
-                                                for a, b in zip(g.shape[::-1], picked[::-1]))
-    if not fits:
-        raise ShapeError(f"getitem_grad: a gradient of shape {format_shape(g.shape)} cannot fill "
-                         f"{format_shape(picked)}, the shape indexed (at {user_frame()})")
     if isinstance(like, tuple):
-        return apply("getitem_grad", (g,), {"index": index, "shape": shape})
+        return apply("getitem_grad", (g,), {"index": index, "shape": tuple(int(d) for d in like)})
     return apply("getitem_grad", (g, coerce(like)[0]), {"index": index, "shape": None})
