@@ -194,6 +194,18 @@ def test_an_unknown_size_broadcast_by_an_op_without_siblings_is_summed_at_run_ti
         np.testing.assert_array_equal(eager.grad(sg.sum(make(xe)[-2:] * w), xe).value, want)
 
 
+def test_matmul_gradient_knowing_a_size_its_input_leaves_unknown(compile_both):
+    # Found by tests/test_fuzz.py: b's gradient a^T @ g is (None, 1, 1) for b (None, None, 1), and the
+    # sum_like that reduces it over the batch axis was refused ((None, None, 1) "did not broadcast").
+    a = sg.placeholder((None, None, 1), name="a", requires_grad=True)
+    b = sg.placeholder((None, None, 1), name="b", requires_grad=True)
+    da, db = sg.grad(sg.sum(a @ b), [a, b])
+    A, B = np.full((2, 3, 1), 2.0), np.full((1, 1, 1), 3.0)
+    (ga, gb), _ = compile_both([da, db], (A, B), inputs=[a, b])
+    np.testing.assert_array_equal(ga, np.full((2, 3, 1), 3.0))
+    np.testing.assert_array_equal(gb, np.full((1, 1, 1), 12.0))
+
+
 def test_bias_gradient_follows_the_batch_size(rng):
     x = sg.placeholder((None, 3), name="x")
     b = sg.parameter(np.zeros(3), name="b")
