@@ -177,8 +177,10 @@ def _leaves(g, base, leaves, rng):
         _add_leaf(g, _leaf(tuple(static), rng.uniform(-1.5, 1.5, tuple(runtime))))
 
 
-def _affine(value, intervals, k):
-    """(scale, shift) taking ``value`` into one of ``intervals`` (by ``k``), or None if it is inside already."""
+def _affine(value, intervals, k, rng):
+    """(scale, shift) taking ``value`` into one of ``intervals`` (by ``k``), at a random place in it (not its
+    centre: a single element would land on 0 in a symmetric domain, where functions such as log1p and
+    arctanh are nearly the identity and their results nearly tie in a maximum), or None if it is inside."""
     inner = [(lo + MARGIN * (hi - lo), hi - MARGIN * (hi - lo)) for lo, hi in intervals]
     inside = np.zeros(value.shape, bool)
     for lo, hi in inner:
@@ -188,7 +190,8 @@ def _affine(value, intervals, k):
     lo, hi = inner[k % len(inner)]
     m, big = float(value.min()), float(value.max())
     scale = min(1.0, (hi - lo) / (big - m)) if big > m else 1.0
-    return scale, (lo + hi) / 2 - scale * (m + big) / 2
+    room = max(0.0, (hi - lo) - scale * (big - m))          # (0 when shrunk to fit, up to rounding)
+    return scale, lo + rng.uniform(0.0, room) - scale * m
 
 
 def _closure(build, maps):
@@ -236,10 +239,10 @@ def _tensors(g, arg):
     return (g.static[arg], g.eager[arg]) if isinstance(arg, int) else (arg[0], arg[1])
 
 
-def _attempt(g, variant, args, k):
+def _attempt(g, variant, args, k, rng):
     """(fn, static result, eager result) if the variant builds on these arguments both ways, else None."""
     pairs = [_tensors(g, a) for a in args]
-    maps = [_affine(e.value, dom, k) if kind.kind == "f" else None
+    maps = [_affine(e.value, dom, k, rng) if kind.kind == "f" else None
             for (_, e), kind, dom in zip(pairs, variant.kinds, variant.domains)]
     fn = _closure(variant.spec.build, maps)
     try:
@@ -263,7 +266,7 @@ def _step(g, op, variant_index, picks, k, rng):
     variant = options[variant_index % len(options)]
     for attempt in range(ATTEMPTS + 2):
         args = _arguments(g, variant, picks, attempt, rng)
-        done = _attempt(g, variant, args, k)
+        done = _attempt(g, variant, args, k, rng)
         if done is None:
             continue
         fn, static, value = done
