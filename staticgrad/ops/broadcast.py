@@ -161,7 +161,10 @@ def _sum_like_specialize(node, shapes, nodes):
 
 def _sum_like_spec(inputs):
     x, like = inputs
-    if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
+    # refused only if no run-time sizes could make it work: a None may be 1 or any size
+    fits = like.ndim <= x.ndim and all(d is None or e is None or d in (1, e)
+                                       for d, e in zip(like.shape[::-1], x.shape[::-1]))
+    if not fits:
         raise ShapeError(f"{format_shape(like.shape)} does not broadcast to {format_shape(x.shape)}")
     return like.shape, x.dtype
 
