@@ -36,6 +36,7 @@ from .report import Report
 from .tensor import (
     FeedError,
     GradError,
+    NumericsError,
     ShapeError,
     StaticgradError,
     Tensor,
@@ -53,7 +54,7 @@ globals().update(_OPS)
 
 __all__ = [
     "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
-    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError", "LoadError",
+    "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
     "ops", "passes", "eager", "nn", "optim", "data", "explain", "study",

@@ -82,7 +82,7 @@ def _check_real(node, needs, who):
 def _send(node, opdef, g, needs, mode, pending, sends):
     """Run ``node``'s VJP rule and add each needed input's contribution to what it has received so far."""
     adjoint_of, rule = mode.provenance(node)
-    with building(role="backward", adjoint_of=adjoint_of, rule=rule):
+    with building(role="backward", adjoint_of=adjoint_of, rule=rule, forward_source=node.source):
         if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
             CONTEXT.source = None            # a VJP written outside the package: its own lines
         grads = mode.vjp(opdef, g, node, needs)

@@ -8,7 +8,7 @@ import numpy as np
 from . import passes as passes_mod
 from .function import Function
 from .graph import Graph, ancestors
-from .lower import Backend
+from .lower import Backend, as_backend
 from .ops import broadcast_to
 from .ops.registry import as_tensor
 from .tensor import ShapeError, StaticgradError, Tensor, TensorLike, format_shape, gc_paused, user_frame
@@ -63,7 +63,8 @@ def _placeholders(roots):
 
 def compile(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor] | None = None,
             updates: Mapping[Tensor, TensorLike] | Sequence[tuple[Tensor, TensorLike]] | None = None,
-            optimize: bool = True, passes: Sequence | None = None, backend: str | Backend = "numpy") -> Function:
+            optimize: bool = True, passes: Sequence | None = None, backend: str | Backend = "numpy",
+            check_numerics: bool = False) -> Function:
     """Compile ``outputs`` (a tensor or a list) and ``updates`` into one callable.
 
     ``inputs`` fixes the order of positional feeds (None: feed every placeholder by dict). ``updates``
@@ -71,8 +72,12 @@ def compile(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor
     assigned after the outputs, only when the whole call succeeded. ``passes`` replaces the default
     pipeline (pass functions or names); ``optimize=False`` runs none. ``backend="numba"`` (optional
     extra) compiles each elementwise region of a plan into one loop; a ``staticgrad.lower.Backend`` also
-    says whether tiny plans may run as scalar code and whether memory is planned.
+    says whether tiny plans may run as scalar code and whether memory is planned. ``check_numerics=True``
+    checks every value as it is made: the first NaN or infinity raises ``sg.NumericsError`` (a
+    FloatingPointError) naming its node, its role and the user's line, and no parameter changes.
     """
+    if check_numerics:
+        backend = as_backend(backend).replace(check_numerics=True)
     with gc_paused():
         return _compile(outputs, inputs, updates, optimize, passes, backend, user_frame())
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import numpy.typing as npt
@@ -28,31 +30,48 @@ from .tensor import (
     CONTEXT,
     VARIABLES,
     GradError,
+    NumericsError,
     ShapeError,
     Tensor,
     _ids,
     building,
     format_shape,
+    origin,
     user_frame,
 )
 
-__all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager"]
+__all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager", "check_numerics"]
 
 LEAF_OP = "tensor"       # the op of eager leaves (eager.tensor(...))
 
 
-class _State:
-    """Switches that hold while eager ops run."""
-
-    __slots__ = ("grad_enabled", "trace", "defer")
+class _State(threading.local):
+    """Switches that hold while eager ops run (each thread has its own, as torch's grad mode)."""
 
     def __init__(self):
         self.grad_enabled = True     # off inside no_grad() and during a backward without create_graph
         self.trace = None            # a list collecting every eager op result, while trace() is active
         self.defer = False           # on while a VJP rule is recorded without running (see _needed_parts)
+        self.check_numerics = False  # see check_numerics
 
 
 STATE = _State()
+
+
+class check_numerics:  # noqa: N801 (used as a function: eager.check_numerics(True))
+    """Check every eager op's result from now on (``enabled=False``: stop): the first NaN or infinity
+    raises ``sg.NumericsError`` naming the op, its role (forward, or backward with the VJP that made it)
+    and the user's line. As a context manager (``with eager.check_numerics():``) it holds only inside."""
+
+    def __init__(self, enabled=True):
+        self.previous = STATE.check_numerics
+        STATE.check_numerics = bool(enabled)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        STATE.check_numerics = self.previous
 
 
 class EagerTensor(Tensor):
@@ -287,17 +306,36 @@ def _run_op(opdef, inputs, attrs):
             v = _static_value(x, opdef.name)
         values.append(v)
     dtype = _infer(opdef, inputs, attrs)[1]
-    out = opdef.kernel(*values, **attrs)
+    try:
+        if state.check_numerics:
+            with np.errstate(all="ignore"):     # (the check below names the op; numpy's warning would not)
+                out = opdef.kernel(*values, **attrs)
+        else:
+            out = opdef.kernel(*values, **attrs)
+    except FloatingPointError as err:       # (under np.errstate(all="raise"))
+        raise NumericsError(_failure(opdef.name, inputs, f"failed: {err}")) from err
     if type(out) is not np.ndarray:
         out = np.asarray(out)      # reductions give numpy scalars
     if out.dtype != dtype:
         out = out.astype(dtype)    # keep the dtype the static rule promises (principle 6)
+    if state.check_numerics and out.dtype.kind in "fc" and not np.isfinite(out).all():
+        what = " NaN" if np.isnan(out).any() else "n infinity"
+        raise NumericsError(_failure(opdef.name, inputs, f"made a{what} (output {format_shape(out.shape)})"))
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
     tape = inputs if requires_grad or state.trace is not None else ()
     t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, _source())
     if state.trace is not None:
         state.trace.append(t)
     return t
+
+
+def _failure(op, inputs, what) -> str:
+    """The message of an eager op's NumericsError: the op, its role and the user's line."""
+    ctx = CONTEXT
+    here = SimpleNamespace(role=ctx.role, adjoint_of=ctx.adjoint_of, rule=ctx.rule, source=_source())
+    forward = SimpleNamespace(source=ctx.forward_source) if ctx.forward_source else None
+    shapes = ", ".join(format_shape(x.shape) for x in inputs)
+    return f"eager {op} {what} ({origin(here, forward)}) on inputs of shapes {shapes}"
 
 
 registry.EAGER_HOOK = _run_op

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tensor import FeedError, FeedTypeError, Tensor, format_shape
+from .tensor import FeedCastError, FeedError, FeedTypeError, Tensor, format_shape
 
 _MISSING = object()
 
@@ -25,7 +25,7 @@ def check_feed(node, value):
                                 f"{format_shape(expected)}, got dtype {arr.dtype} with shape "
                                 f"{format_shape(arr.shape)} (numpy cannot cast {arr.dtype} to {node.dtype} "
                                 f"with 'same_kind')")
-        arr = arr.astype(node.dtype)
+        arr = _cast(node, arr)
     if arr.ndim != len(expected) or any(d is not None and d != a for d, a in zip(expected, arr.shape)):
         raise FeedError(f"placeholder {node.label()!r}: expected shape {format_shape(expected)} (dtype "
                         f"{node.dtype}), got shape {format_shape(arr.shape)} (dtype {arr.dtype})")
@@ -34,6 +34,33 @@ def check_feed(node, value):
         # so a Fortran-ordered feed would make planned sums add in another order than unplanned ones
         arr = np.ascontiguousarray(arr)
     return arr
+
+
+def _cast(node, arr):
+    """``arr`` cast to the placeholder's dtype, refusing a cast that changes a value: an integer out of the
+    new type's range (numpy would wrap it: 2**32 + 1 into int32 is 1), a negative number into an unsigned
+    type, a finite float that becomes infinite. (Rounding to the nearest float of a narrower type is a cast's
+    nature, not a change to refuse.)"""
+    target = node.dtype
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(target)
+    if np.can_cast(arr.dtype, target, "safe") or arr.size == 0:
+        return out
+    if target.kind in "iu" and arr.dtype.kind in "biu":
+        info = np.iinfo(target)
+        bad = (arr < info.min) | (arr > info.max)
+        why = f"outside {target}'s range [{info.min}, {info.max}]"
+    elif target.kind in "fc":
+        bad = ~np.isfinite(out) & np.isfinite(arr)
+        why = f"beyond {target}'s largest {np.finfo(target).max:.4g}: it would become infinite"
+    else:
+        return out
+    if bad.any():
+        first = tuple(int(k) for k in np.unravel_index(int(np.argmax(bad)), arr.shape))
+        value = arr[first].item()
+        raise FeedCastError(f"placeholder {node.label()!r}: the fed {arr.dtype} value {value!r} at index {first} is "
+                            f"{why}; cast it yourself if that is meant")
+    return out
 
 
 class Feeds:

@@ -13,7 +13,7 @@ from .graph import Graph
 from .lower import Backend, Program, as_backend, build_program
 from .passes import finish_rows
 from .report import Report
-from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
+from .tensor import FeedError, NumericsError, StaticgradError, Tensor, format_shape, gc_paused, origin
 
 
 class ExecutionError(StaticgradError):
@@ -285,12 +285,16 @@ class Function:
             if tb.tb_frame.f_code.co_filename == "<staticgrad>":
                 line = tb.tb_lineno
             tb = tb.tb_next
-        node = self.ir.nodes.get(program.line_nodes.get(line))
+        nodes = self.ir.nodes
+        node = nodes.get(program.line_nodes.get(line))
+        numerics = isinstance(err, FloatingPointError)     # (under np.errstate(all="raise"))
         if node is None:
-            return ExecutionError(f"compiled function failed: {type(err).__name__}: {err}")
-        inputs = ", ".join(format_shape(self.ir.nodes[i].shape) for i in node.inputs)
-        return ExecutionError(f"{node.op} (built at {node.source}) failed at run time on inputs of static "
-                              f"shapes {inputs}: {type(err).__name__}: {err}")
+            cls = NumericsError if numerics else ExecutionError
+            return cls(f"compiled function failed: {type(err).__name__}: {err}")
+        inputs = ", ".join(format_shape(nodes[i].shape) for i in node.inputs)
+        message = (f"{node.op} node {node.id} ({origin(node, nodes.get(node.adjoint_of))}) failed at run time on "
+                   f"inputs of static shapes {inputs}: {type(err).__name__}: {err}")
+        return NumericsError(message) if numerics else ExecutionError(message)
 
     def run_batches(self, batches, progress=None, desc=None, name="loss"):
         """Call this function on every batch (see staticgrad.data.run_batches)."""

@@ -43,8 +43,28 @@ class FeedTypeError(FeedError, TypeError):
     """A feed of a dtype the placeholder cannot take (a FeedError, and a TypeError as numpy would raise)."""
 
 
+class FeedCastError(FeedError, OverflowError):
+    """A feed whose cast to the placeholder's dtype would change a value (overflow, wrap-around)."""
+
+
 class GradError(StaticgradError):
     """``sg.grad`` was asked for something it cannot give."""
+
+
+class NumericsError(StaticgradError, FloatingPointError):
+    """A node made a NaN or an infinity while numerics were checked (``check_numerics=True``), or numpy
+    raised a floating-point error in it under ``np.errstate``."""
+
+
+def origin(node, forward=None) -> str:
+    """Where a node (a tensor or an IR node) stands, for errors: its role, and for a backward node the VJP
+    that made it (``forward``: the forward node it is the adjoint of, when still known), then the user's line."""
+    if node.role == "backward" and node.adjoint_of is not None:
+        of = getattr(node.adjoint_of, "id", node.adjoint_of)      # (eager mode keeps the tensor itself)
+        what = f"{node.rule} of node {of}" if node.rule in ("sum at fork", "seed") else f"VJP of {node.rule} node {of}"
+        where = f" from {forward.source}" if forward is not None and forward.source else ""
+        return f"backward, {what}{where}; built at {node.source}"
+    return f"{node.role}, built at {node.source}"
 
 
 class Context(threading.local):
@@ -56,6 +76,7 @@ class Context(threading.local):
         self.scopes = ()
         self.adjoint_of = None   # the forward tensor whose VJP is being built
         self.rule = None         # the op name of that VJP rule
+        self.forward_source = None   # the user's line of that forward tensor
         self.source = None       # the user's line, when already known (sg.grad's): no stack walk per tensor
 
 
@@ -76,20 +97,20 @@ def name_scope(name: str) -> Iterator[str]:
 
 
 @contextmanager
-def building(role=None, adjoint_of=None, rule=None, source=None):
+def building(role=None, adjoint_of=None, rule=None, source=None, forward_source=None):
     """Used by autodiff: tensors created inside carry this role and provenance (and ``source``, if given,
     as the user's line)."""
-    saved = (CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source)
+    saved = (CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source, CONTEXT.forward_source)
     if role is not None:
         CONTEXT.role = role
     if adjoint_of is not None:
-        CONTEXT.adjoint_of, CONTEXT.rule = adjoint_of, rule
+        CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.forward_source = adjoint_of, rule, forward_source
     if source is not None:
         CONTEXT.source = source
     try:
         yield
     finally:
-        CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source = saved
+        CONTEXT.role, CONTEXT.adjoint_of, CONTEXT.rule, CONTEXT.source, CONTEXT.forward_source = saved
 
 
 @contextmanager

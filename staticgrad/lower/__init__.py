@@ -14,6 +14,7 @@ import numpy as np
 from . import batching, scalarize
 from .codegen import Program, generate
 from .memory import plan_memory
+from .numerics import Reporter, quiet
 from .shapes import at_sizes, concrete_shapes
 
 __all__ = ["Backend", "Program", "as_backend", "build_program"]
@@ -25,26 +26,31 @@ class Backend:
     ``name``: "numpy" (generated numpy code) or "numba" (its elementwise regions fused into compiled
     loops; needs numba). ``scalar``: tiny float64 plans run as Python float code. ``memory_planning``:
     results go into a reused workspace, and small repeated ops are batched (off: one fresh array per
-    node, as written).
+    node, as written). ``check_numerics``: every float value is checked as soon as it exists, and the
+    first NaN or infinity raises a NumericsError naming its node (plans then run one numpy call per node:
+    no batching, scalar code or fused loops, whose values are not one node's).
     """
 
     NAMES = ("numpy", "numba")
 
-    def __init__(self, name="numpy", scalar=True, memory_planning=True):
+    def __init__(self, name="numpy", scalar=True, memory_planning=True, check_numerics=False):
         if name not in self.NAMES:
             raise ValueError(f"unknown backend {name!r}: expected 'numpy' or 'numba'")
         if name == "numba":
             from .numba_backend import require
             require()
         self.name, self.scalar, self.memory_planning = name, bool(scalar), bool(memory_planning)
+        self.check_numerics = bool(check_numerics)
 
     def replace(self, **changes) -> Backend:
-        """A backend like this one with ``changes`` (name, scalar, memory_planning)."""
-        settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning}
+        """A backend like this one with ``changes`` (name, scalar, memory_planning, check_numerics)."""
+        settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning,
+                    "check_numerics": self.check_numerics}
         return Backend(**{**settings, **changes})
 
     def __repr__(self):
-        return f"Backend({self.name!r}, scalar={self.scalar}, memory_planning={self.memory_planning})"
+        checks = ", check_numerics=True" if self.check_numerics else ""
+        return f"Backend({self.name!r}, scalar={self.scalar}, memory_planning={self.memory_planning}{checks})"
 
 
 def as_backend(backend) -> Backend:
@@ -72,6 +78,11 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
+    if backend.check_numerics:
+        memory = plan_memory(concrete, order, sizes, enable=backend.memory_planning)
+        program = generate(concrete, order, params, concrete.inputs, memory, numerics=Reporter(concrete.nodes, sizes))
+        program.shapes, program.seconds, program.run = sizes, 0.0, quiet(program.run)
+        return program
     program = _numpy_program(concrete, order, params, sizes, backend.memory_planning)
     program.seconds = 0.0
     if kind == "scalar" or (backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes)):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..ops.registry import BROADCAST, REGISTRY, VIEW, is_a
 from ..tensor import LEAVES, VARIABLES
+from .numerics import all_finite, checked
 
 _LITERAL_TYPES = (bool, int, float, str, type(None))
 _KEYWORD_OUT = (np.maximum, np.minimum)      # numpy deprecates a positional out for these two
@@ -129,14 +130,15 @@ def kernel_for(nodes, node, memory):
     return opdef.kernel
 
 
-def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
+def generate(graph, order, params, inputs, memory=None, fused=(), numerics=None) -> Program:
     """Source for ``graph``'s nodes in ``order``; ``params``/``inputs`` are leaf node ids in call order.
 
     ``memory`` (a memory.MemoryPlan) sends results into workspace slots with ``out=``. ``fused`` lists
     (kernel, fuse.Region) pairs: each region's nodes are computed by one kernel call, made where the
-    region's last node stands (its nodes are consecutive in ``order``).
+    region's last node stands (its nodes are consecutive in ``order``). ``numerics`` (a
+    numerics.Reporter) checks every float feed, parameter and value as soon as it exists.
     """
-    writer = _Writer(graph, order, memory, fused)
+    writer = _Writer(graph, order, memory, fused, numerics)
     writer.header(params, inputs)
     for step, i in enumerate(order):
         writer.node(step, i)
@@ -146,9 +148,12 @@ def generate(graph, order, params, inputs, memory=None, fused=()) -> Program:
 class _Writer:
     """The lines of one generated ``run`` and the names they use."""
 
-    def __init__(self, graph, order, memory, fused):
+    def __init__(self, graph, order, memory, fused, numerics=None):
         self.graph, self.nodes, self.memory = graph, graph.nodes, memory
         self.ns = _Names()
+        self.numerics = numerics
+        if numerics is not None:
+            self.ns.namespace.update(finite=all_finite, bad=numerics)
         self.names, self.taken = {}, set(self.ns.namespace) | {"run", "P"}
         self.lines, self.line_nodes = [], {}
         self.counter, self.temps = 0, set()
@@ -163,7 +168,7 @@ class _Writer:
             for j in self.nodes[i].inputs:
                 self.last_use[j] = step_of[self.region_end[i]] if i in self.region_end else step
         self.keep = set(graph.outputs) | {e for _, e in graph.updates}
-        self.paired = _pairs(self.nodes, order, memory, self.region_end)
+        self.paired = _pairs(self.nodes, order, memory, self.region_end) if numerics is None else {}
         handed = set(memory.handoff) if memory is not None else set()
         self.updated = {e: p for k, (p, e) in enumerate(graph.updates) if k in handed}
 
@@ -181,6 +186,8 @@ class _Writer:
             self.taken.add(name)
             self.names[i] = name
             self.emit(f"    {name} = P[{k}]._value{comment(nodes[i])}", i)
+        for i in list(inputs) + list(params):
+            self.check(i)
         self.slots = {}
         if self.memory is not None:
             for k, (shape, dtype) in enumerate(self.memory.slots):
@@ -217,6 +224,13 @@ class _Writer:
             self.region(step, i)
         else:
             self.call(step, i, node)
+            self.check(i)
+
+    def check(self, i):
+        """With check_numerics, the line that stops at node ``i``'s value if it is not all finite."""
+        if self.numerics is not None and checked(self.nodes[i].dtype):
+            name = self.names[i]
+            self.emit(f"    if not finite({name}): bad({i}, {name})", i)
 
     def pair(self, step, i, node):
         pair = self.paired[i]
