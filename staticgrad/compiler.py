@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from . import passes as passes_mod
+from .eager import is_eager
 from .function import Function
 from .graph import Graph, ancestors
 from .lower import Backend, as_backend
@@ -88,6 +89,9 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
     for o in outs:
         if not isinstance(o, Tensor):
             raise TypeError(f"compile: outputs must be tensors, got {type(o).__name__} (at {source})")
+        if is_eager(o):
+            raise TypeError(f"compile: output {o.label()!r} is an eager tensor, which already holds its value; "
+                            f"compile graphs of placeholders and parameters (at {source})")
     if passes is not None and not optimize:
         raise ValueError(f"compile: passes={passes!r} with optimize=False would run no pass; drop one of "
                          f"them (at {source})")

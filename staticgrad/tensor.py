@@ -295,6 +295,7 @@ def constant(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike
     """A fixed value baked into the graph."""
     arr = np.array(value, dtype=dtype, copy=True)
     if arr.dtype.kind not in "biufc":
-        raise TypeError(f"constant {name!r}: expected a numeric value, got dtype {arr.dtype}")
+        what = f"constant {name!r}" if name else f"the value {value!r:.40}"
+        raise TypeError(f"{what}: expected a number or a numeric array, got dtype {arr.dtype} (at {user_frame()})")
     arr.setflags(write=False)
     return Tensor("constant", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=False, value=arr)
