@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import networkx as nx
-
 from . import stable
-from .graph import ancestors, sweep_key, to_digraph
+from .graph import ancestors, reverse_order
 from .ops.broadcast import broadcast_to
 from .ops.elementwise import cast
 from .ops.reduce import sum as reduce_sum
@@ -259,17 +257,23 @@ def _symbolic_sweep(y, wrt, seed):
     origin = {}
     twin = stable_twin(sorted(ancestors([y]).values(), key=lambda t: t.id), wrt, origin)
     ty, twrt = twin.get(y.id, y), [twin.get(w.id, w) for w in wrt]
-    graph = to_digraph([ty])
-    cone = set()                     # nodes on a path from a wrt tensor to y: the only ones that need one
-    for w in twrt:
-        if w.id in graph:
-            cone.add(w.id)
-            cone.update(nx.descendants(graph, w.id))
-    order = [graph.nodes[i]["tensor"] for i in nx.lexicographical_topological_sort(graph.reverse(copy=False),
-                                                                                     key=sweep_key) if i in cone]
+    cone = _cone(ty, twrt)
+    # (the consumers of a tensor of the cone are in the cone: the order of the cone alone is the order of
+    # y's whole graph with the other tensors left out)
+    order = reverse_order([ty], lambda x: x.id in cone) if ty.id in cone else []
     mode = _Symbolic(cone, origin)
     reverse_sweep(order, [(ty, seed)] if ty.id in cone else [], mode)
     return {w.id: mode.adjoint[t.id] for w, t in zip(wrt, twrt) if t.id in mode.adjoint}, mode.steps
+
+
+def _cone(y, wrt) -> set:
+    """Ids of the tensors on a path from a tensor of ``wrt`` to ``y``: the only ones that need a gradient."""
+    found = ancestors([y])
+    cone = {w.id for w in wrt if w.id in found}
+    for i in sorted(found):          # (creation order: every tensor after its inputs)
+        if i not in cone and any(x.id in cone for x in found[i].inputs):
+            cone.add(i)
+    return cone
 
 
 def _results(wrt, adjoint, single, sweep, y):

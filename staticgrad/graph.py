@@ -10,7 +10,7 @@ import itertools
 import networkx as nx
 import numpy as np
 
-from .tensor import Tensor
+from .tensor import NO_ATTRS, Tensor
 
 _node_ids = itertools.count(1 << 40)   # ids for nodes the passes create; tensor ids stay below
 
@@ -94,7 +94,7 @@ class Node:
                  value=None, source="", scope="", adjoint_of=None, rule=None, requires_grad=False,
                  tensor=None, id=None, meta=None):
         self.id = next(_node_ids) if id is None else id
-        self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs or {})
+        self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs) if attrs else NO_ATTRS
         self.shape, self.dtype, self.name, self.role = tuple(shape), np.dtype(dtype), name, role
         self.value, self.source, self.scope = value, source, scope
         self.adjoint_of, self.rule, self.requires_grad, self.tensor = adjoint_of, rule, requires_grad, tensor

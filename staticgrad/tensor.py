@@ -22,6 +22,8 @@ _ids = itertools.count()
 # The ops of leaves: values a call supplies (placeholders, parameters) and values baked into the graph.
 VARIABLES = ("placeholder", "parameter")
 LEAVES = VARIABLES + ("constant",)
+# The attrs of every op that has none: one shared dict, never written to (a million nodes, one dict).
+NO_ATTRS: dict = {}
 # What a node is for: computing the outputs, their gradients (the adjoint graph), or only the updates.
 ROLES = ("forward", "backward", "update")
 
@@ -116,9 +118,17 @@ def user_frame() -> str:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR):
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            key = (filename, frame.f_lineno)
+            source = _SOURCES.get(key)
+            if source is None:
+                source = _SOURCES[key] = f"{os.path.basename(filename)}:{frame.f_lineno}"
+            return source
         frame = frame.f_back
     return "<staticgrad>"
+
+
+# One string per line of user code, shared by every tensor made there (a loop of a million ops: one string).
+_SOURCES: dict = {}
 
 
 def format_shape(shape) -> str:
@@ -146,7 +156,7 @@ class Tensor:
         self.id = next(_ids)
         self.op = op
         self.inputs = tuple(inputs)
-        self.attrs = attrs or {}
+        self.attrs = attrs or NO_ATTRS
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.name = name

@@ -197,6 +197,8 @@ def coerce(*values):
 # ------------------------------------------------------------------ shape and dtype rules
 def broadcast_shapes(*shapes):
     """numpy broadcasting over static shapes; ``None`` is a size known only at run time."""
+    if len(shapes) == 2 and shapes[0] == shapes[1] and None not in shapes[0]:
+        return tuple(shapes[0])     # (the common case, on every op of a big graph's build and sweep)
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(ndim):
