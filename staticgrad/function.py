@@ -7,7 +7,7 @@ import numpy as np
 
 from .feeds import Feeds, check_feed
 from .graph import Graph
-from .lower import Backend, Program, as_backend, build_program
+from .lower import Backend, Program, as_backend, build_program, failed_node
 from .passes import finish_rows
 from .report import Report
 from .tensor import StaticgradError, Tensor, format_shape, gc_paused
@@ -220,13 +220,7 @@ class Function:
         return value
 
     def _explain(self, err, program):
-        tb = err.__traceback__
-        line = None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == "<staticgrad>":
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        node = self.ir.nodes.get(program.line_nodes.get(line))
+        node = self.ir.nodes.get(failed_node(program, err))
         if node is None:
             return ExecutionError(f"compiled function failed: {type(err).__name__}: {err}")
         inputs = ", ".join(format_shape(self.ir.nodes[i].shape) for i in node.inputs)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import batching, scalarize
-from .codegen import Program, generate
+from .codegen import Program
+from .interpret import failed_node, generate
 from .memory import plan_memory
 from .shapes import at_sizes, concrete_shapes
 
-__all__ = ["Backend", "Program", "as_backend", "build_program"]
+__all__ = ["Backend", "Program", "as_backend", "build_program", "failed_node"]
 
 
 class Backend:
