@@ -110,6 +110,8 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
     can tell, and a ``sum_like`` node decides when the function runs (each plan turns it into a plain
     sum or into nothing, so it costs nothing per call).
     """
+    if g.shape == x.shape and g.dtype == x.dtype and None not in g.shape:
+        return g        # (nothing was stretched: the common case, once per VJP input of a big sweep)
     if _maybe_stretched(g, x, siblings, core):
         g = apply("sum_like", (g, x))
     else:
@@ -226,6 +228,26 @@ def _seed(y, grad_output, source):
     return seed
 
 
+class SweepStep:
+    """One node reached by sg.grad's sweep: ``step["node"]``, ``["op"]``, ``["parts"]`` (ids of the terms
+    summed into its gradient), ``["adjoint"]`` (the id of that gradient), ``["sends"]`` ((input id,
+    contribution id) pairs). (Slots, not a dict: a sweep of a million nodes records a million of them.)"""
+
+    __slots__ = ("node", "op", "parts", "adjoint", "sends")
+
+    def __init__(self, node, op, parts, adjoint):
+        self.node, self.op, self.parts, self.adjoint, self.sends = node, op, parts, adjoint, []
+
+    def __getitem__(self, key):
+        if key not in self.__slots__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __repr__(self):
+        return (f"SweepStep(node={self.node}, op={self.op!r}, parts={self.parts}, adjoint={self.adjoint}, "
+                f"sends={self.sends})")
+
+
 class _Symbolic(Mode):
     """sg.grad's sweep: tensors on a path from a ``wrt`` to y need gradients; every step is recorded."""
 
@@ -239,9 +261,9 @@ class _Symbolic(Mode):
 
     def reached(self, node, g, parts):
         self.adjoint[node.id] = g
-        step = {"node": node.id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
+        step = SweepStep(node.id, node.op, tuple([p.id for p in parts]), g.id)
         self.steps.append(step)     # what a reader of the backward pass wants to see
-        return step["sends"]
+        return step.sends
 
     def provenance(self, node):
         # A twin's adjoint nodes belong to the user's tensor it stands for, and name the stable form whose

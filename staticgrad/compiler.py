@@ -42,9 +42,8 @@ def _normalize_updates(updates, source):
     return out
 
 
-def _placeholders(roots):
-    found = ancestors(roots)
-    return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
+def _placeholders(found):
+    return sorted((t for t in found.values() if t.op == "placeholder"), key=lambda t: t.id)
 
 
 def compile(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor] | None = None,
@@ -73,7 +72,8 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
         raise ValueError(f"compile: passes={passes!r} with optimize=False would run no pass; drop one of "
                          f"them (at {source})")
     pairs = _normalize_updates(updates, source)
-    needed = _placeholders(outs + [e for _, e in pairs])
+    found = ancestors(outs + [e for _, e in pairs])
+    needed = _placeholders(found)
     positional = inputs is not None
     if inputs is None:
         inputs = needed
@@ -90,7 +90,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
             raise StaticgradError(f"compile: the outputs need placeholder(s) {', '.join(map(repr, missing))}, "
                                   f"which are not in inputs (at {source})")
 
-    graph = Graph.from_tensors(outs, pairs, inputs)
+    graph = Graph.from_tensors(outs, pairs, inputs, found)
     graph.assign_roles()
     unoptimized = graph
     rows = []

@@ -96,12 +96,16 @@ def run_pipeline(graph, passes, lazy_costs=False):
         start = time.perf_counter()
         result = fn(graph)
         seconds = time.perf_counter() - start
+        before_graph = graph
         graph, stats = result if isinstance(result, tuple) else (result, None)
-        ops_after = {i: n.op for i, n in graph.nodes.items()}
-        after = Counter(ops_after.values())
+        # (one of ours that changed nothing returns its input: a big graph's op map is not made again)
+        unchanged = graph is before_graph and stats is not None and not stats.changed
+        if not unchanged:
+            ops_after = {i: n.op for i, n in graph.nodes.items()}
+            after = Counter(ops_after.values())
         if previous is None or (stats is not None and stats.changed) or after != before:
             previous = _LazyCosts(graph)
-        kept = ops_after.keys() & ops_before.keys()
+        kept = () if unchanged else ops_after.keys() & ops_before.keys()
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
@@ -113,8 +117,8 @@ def run_pipeline(graph, passes, lazy_costs=False):
             "fixed_point": stats.fixed_point if stats is not None else True,
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
-            "removed_ids": sorted(ops_before.keys() - kept),
-            "added_ids": sorted(ops_after.keys() - kept),
+            "removed_ids": [] if unchanged else sorted(ops_before.keys() - kept),
+            "added_ids": [] if unchanged else sorted(ops_after.keys() - kept),
             "replaced_ids": sorted(i for i in kept if ops_before[i] != ops_after[i]),
         })
     return graph, (rows if lazy_costs else finish_rows(rows))
