@@ -226,8 +226,9 @@ def kernel_dtype(kernel, dtypes, attrs_key=()):
 def elementwise_spec(kernel):
     """Broadcast the inputs' shapes; take the dtype numpy's kernel gives."""
     def infer(inputs, **attrs):
-        shape = broadcast_shapes(*(x.shape for x in inputs))
-        return shape, kernel_dtype(kernel, tuple(x.dtype for x in inputs), tuple(sorted(attrs.items())))
+        shape = broadcast_shapes(*[x.shape for x in inputs])
+        return shape, kernel_dtype(kernel, tuple([x.dtype for x in inputs]),
+                                   tuple(sorted(attrs.items())) if attrs else ())
     return infer
 
 
