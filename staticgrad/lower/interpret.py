@@ -152,7 +152,8 @@ class StepWriter(Writer):
                    f"{len(self.graph.nodes):,} nodes is not compiled as Python source: it would take longer",
                    "# to compile than to run); the source they stand for begins:"]
         line_nodes = {line + len(summary): i for line, i in self.line_nodes.items()}
-        source = "\n".join(summary + listing + [f"    # ... {max(len(self.step_nodes) - LISTED, 0):,} more steps"])
+        cut = [f"    # ... (the listing stops after {LISTED} lines)"] if len(self.lines) >= LISTED else []
+        source = "\n".join(summary + listing + cut)
         return StepProgram(self.steps, self.step_nodes, self.constants, self.count, self.params, self.feeds,
                            outs, ups, self.ns.namespace, self.memory, handoff, source + "\n", line_nodes)
 
