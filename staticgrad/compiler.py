@@ -92,7 +92,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
 
     graph = Graph.from_tensors(outs, pairs, inputs, found)
     graph.assign_roles()
-    unoptimized = graph
+    unoptimized = graph if len(graph.nodes) <= passes_mod.KEEP_UP_TO else None
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes

@@ -29,8 +29,9 @@ class Function:
     reuse it, so alternating batch sizes never recompile.
 
     What inspection reads: ``ir`` (the optimized IR graph), ``unoptimized`` (the graph before the passes,
-    None for a loaded function), ``report()`` (its rows: what each pass did), ``program`` (the plan of
-    the latest call), ``source``, ``graph`` (networkx), ``check_feeds``.
+    None for a loaded function or one of more than passes.KEEP_UP_TO nodes), ``report()`` (its rows: what
+    each pass did), ``program`` (the plan of the latest call), ``source``, ``graph`` (networkx),
+    ``check_feeds``.
     """
 
     MAX_PLANS = 32

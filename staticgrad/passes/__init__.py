@@ -52,11 +52,18 @@ def pass_name(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
+# A graph of more nodes keeps no copies for the report: the ledger's rows carry no FLOPs or peak bytes
+# (each row would keep its own version of the graph until a report asked), and sg.compile keeps no
+# unoptimized graph (as for a function linked from a loaded graph).
+KEEP_UP_TO = 1_000_000
+_NO_COSTS = {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
+
+
 def _costs(graph):
     try:
         return costs(graph)
     except ValueError:      # shapes that only a real feed can settle: report what is known
-        return {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
+        return dict(_NO_COSTS)
 
 
 class _LazyCosts:
@@ -65,6 +72,8 @@ class _LazyCosts:
 
     def __init__(self, graph):
         self.graph, self.values = graph, None
+        if len(graph.nodes) > KEEP_UP_TO:
+            self.graph, self.values = None, dict(_NO_COSTS)
 
     def get(self):
         if self.values is None:
@@ -124,4 +133,4 @@ def run_pipeline(graph, passes, lazy_costs=False):
     return graph, (rows if lazy_costs else finish_rows(rows))
 
 
-__all__ = ["DEFAULT", "PASSES", "PassStats", "resolve", "run_pipeline"]
+__all__ = ["DEFAULT", "KEEP_UP_TO", "PASSES", "PassStats", "resolve", "run_pipeline"]
