@@ -154,7 +154,8 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     """Make the tensor ``name(*inputs, **attrs)``, checking shapes now so errors point at the user's line."""
     opdef = REGISTRY[name]
     attrs = attrs or {}
-    if EAGER_HOOK is not None and any(getattr(x, "_eager", False) for x in inputs):
+    # (a plain Tensor has no _eager: looking it up would raise and catch an AttributeError per input)
+    if EAGER_HOOK is not None and any(type(x) is not Tensor and getattr(x, "_eager", False) for x in inputs):
         return EAGER_HOOK(opdef, inputs, attrs)
     source = source or user_frame()
     try:
@@ -190,6 +191,8 @@ def as_tensor(value, like=None) -> Tensor:
 
 def coerce(*values):
     """Tensors for ``values``; Python scalars adopt the dtype of the first tensor argument."""
+    if all(type(v) is Tensor for v in values):
+        return values           # (the common case: every op of a sweep)
     like = next((v.dtype for v in values if isinstance(v, Tensor) or hasattr(v, "_eager")), None)
     return tuple(as_tensor(v, like) for v in values)
 
