@@ -114,7 +114,6 @@ def run_pipeline(graph, passes, lazy_costs=False):
             after = Counter(ops_after.values())
         if previous is None or (stats is not None and stats.changed) or after != before:
             previous = _LazyCosts(graph)
-        kept = () if unchanged else ops_after.keys() & ops_before.keys()
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
@@ -126,9 +125,10 @@ def run_pipeline(graph, passes, lazy_costs=False):
             "fixed_point": stats.fixed_point if stats is not None else True,
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
-            "removed_ids": [] if unchanged else sorted(ops_before.keys() - kept),
-            "added_ids": [] if unchanged else sorted(ops_after.keys() - kept),
-            "replaced_ids": sorted(i for i in kept if ops_before[i] != ops_after[i]),
+            "removed_ids": [] if unchanged else sorted(i for i in ops_before if i not in ops_after),
+            "added_ids": [] if unchanged else sorted(i for i in ops_after if i not in ops_before),
+            "replaced_ids": [] if unchanged else sorted(i for i, op in ops_after.items()
+                                                        if ops_before.get(i, op) != op),
         })
     return graph, (rows if lazy_costs else finish_rows(rows))
 
