@@ -258,3 +258,13 @@ def test_the_huge_graph_measurement_runs_a_size_in_its_own_process(tmp_path):
     assert entry["result"]["forward_ops"] == 300 and entry["result"]["max_rel_err"] <= huge.RTOL
     assert all(s["peak_rss"] > 0 and s["cpu_s"] >= 0 for s in entry["stages"].values())
     assert "300" in huge.format_table([entry]).splitlines()[-1]
+
+
+def test_bench_huge_runs_the_huge_graph_measurement_instead(monkeypatch, tmp_path):
+    from benchmarks import huge
+    seen = []
+    monkeypatch.setattr(huge, "main", lambda argv: seen.append(argv) or 0)
+    parser = bench.add_arguments(argparse.ArgumentParser())
+    assert bench.run_from_args(parser.parse_args(["--huge", "--out", "x.json"]), relaunch=["false"]) == 0
+    assert bench.run_from_args(parser.parse_args(["--huge", "--out", str(tmp_path)]), relaunch=["false"]) == 0
+    assert seen[0] == ["--out", "x.json"] and seen[1][1].startswith(str(tmp_path)) and seen[1][1].endswith(".json")
