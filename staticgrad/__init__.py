@@ -31,7 +31,7 @@ from .autodiff import grad
 from .compiler import compile
 from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
-from .io import LoadError, load, load_parameters, save, save_parameters
+from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .report import Report
 from .tensor import (
     FeedError,
@@ -53,7 +53,8 @@ globals().update(_OPS)
 
 __all__ = [
     "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
-    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError", "LoadError", "GraphvizNotFound",
+    "StaticgradError", "ShapeError", "FeedError", "GradError", "ExecutionError", "LoadError",
+    "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
     "ops", "passes", "eager", "nn", "optim", "data", "explain", "study",
 ] + sorted(_OPS)

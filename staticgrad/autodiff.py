@@ -138,19 +138,25 @@ def summed_from(contribution, shape):
 
 
 def _maybe_stretched(g, x, siblings, core=0):
-    """Whether ``x`` has an unknown size along an axis that a sibling of size != 1 may have stretched.
+    """Whether ``x`` has an unknown size along an axis that g has with a known size != 1 (any op that
+    broadcasts, broadcast_to or getitem_grad too, may have stretched it) or that a sibling of size != 1
+    may have stretched.
 
     ``core`` trailing axes take no part in broadcasting (a matrix product's two matrix axes).
     """
     for a, d in enumerate(x.shape[:x.ndim - core]):
         if d is not None:
             continue
+        if g.ndim - x.ndim + a < 0:
+            continue
         ga = g.shape[g.ndim - x.ndim + a]
         if ga == 1:
             continue
+        if ga is not None:
+            return True      # g is known to be larger there: x is that size, or 1 and was broadcast to it
         for s in siblings:
             k = s.ndim - x.ndim + a
-            if s is not x and 0 <= k < s.ndim and s.shape[k] != 1 and g.ndim - x.ndim + a >= 0:
+            if s is not x and 0 <= k < s.ndim and s.shape[k] != 1:
                 return True
     return False
 

@@ -9,7 +9,8 @@ from . import passes as passes_mod
 from .function import Function
 from .graph import Graph, ancestors
 from .lower import Backend
-from .ops.registry import as_tensor, broadcast_shapes
+from .ops import broadcast_to
+from .ops.registry import as_tensor
 from .tensor import ShapeError, StaticgradError, Tensor, TensorLike, format_shape, gc_paused, user_frame
 
 
@@ -27,19 +28,32 @@ def _normalize_updates(updates, source):
         if param.id in seen:
             raise ValueError(f"compile: parameter {param.label()!r} is updated twice (at {source})")
         seen.add(param.id)
-        expr = as_tensor(expr, like=param.dtype)
-        try:
-            shape = broadcast_shapes(expr.shape, param.shape)
-        except ShapeError:
-            shape = None
-        if shape != param.shape:
-            raise ShapeError(f"compile: update of parameter {param.label()!r} has shape {format_shape(expr.shape)}, "
-                             f"expected {format_shape(param.shape)} (at {source})")
-        if not np.can_cast(expr.dtype, param.dtype, "same_kind"):
-            raise TypeError(f"compile: update of parameter {param.label()!r} has dtype {expr.dtype}, "
-                            f"which cannot become {param.dtype} (at {source})")
+        expr = _update_value(param, expr)
+        refusal = update_refusal(param, expr)
+        if refusal is not None:
+            raise type(refusal)(f"compile: update of parameter {param.label()!r} {refusal} (at {source})")
         out.append((param, expr))
     return out
+
+
+def _update_value(param, expr):
+    """A plain number fills the parameter; anything else is a tensor, of the parameter's shape or refused."""
+    if not isinstance(expr, Tensor) and np.ndim(expr) == 0:
+        return broadcast_to(as_tensor(expr, like=param.dtype), param.shape)
+    return as_tensor(expr, like=param.dtype)
+
+
+def update_refusal(param, expr):
+    """Why ``expr`` cannot become the value of ``param`` (tensors or IR nodes), as an exception, or None.
+    Its shape must be the parameter's (a None size is checked when the sizes are known): an update is never
+    broadcast. Loading a saved function asks this of each of its updates too."""
+    shape = expr.shape
+    if len(shape) != len(param.shape) or any(d is not None and d != p for d, p in zip(shape, param.shape)):
+        return ShapeError(f"has shape {format_shape(shape)}, expected {format_shape(param.shape)}; an update is "
+                          "not broadcast: write sg.broadcast_to(value, shape) if that is meant")
+    if not np.can_cast(expr.dtype, param.dtype, "same_kind"):
+        return TypeError(f"has dtype {expr.dtype}, which cannot become {param.dtype}")
+    return None
 
 
 def _placeholders(found):

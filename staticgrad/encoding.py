@@ -1,10 +1,14 @@
-"""The value codec of saved files: attribute values, dtypes, shapes and one-line texts to JSON values and back.
+"""The codec of saved files: attribute values, dtypes, shapes and one-line texts to JSON values and back,
+and the reading of a saved zip's members within size limits.
 
 Encoding refuses what staticgrad does not store (TypeError, ValueError); decoding raises :class:`LoadError`.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import zipfile
 
 import numpy as np
 
@@ -16,6 +20,11 @@ MAX_TEXT = 4096
 class LoadError(StaticgradError):
     """A file could not be loaded: unreadable, truncated, of another format, or describing a graph that
     staticgrad refuses to build (an unknown op, an attribute of a type it does not allow)."""
+
+
+class LoadLimitError(LoadError):
+    """A file needs more memory than the limits its loader was given (``max_array_bytes`` and the like):
+    refused before anything is decompressed; a trusted file loads with larger limits."""
 
 
 # ------------------------------------------------------------------ attribute values <-> JSON
@@ -152,3 +161,115 @@ def _check_text(value, what, optional=True):
     if not _one_line(value):
         raise LoadError(f"{what} must be a printable one-line string, got {value!r:.80}")
     return value
+
+
+# ------------------------------------------------------------------ reading a saved zip
+MAX_ARRAY_BYTES = 1 << 30       # one array of a file: 1 GiB
+MAX_TOTAL_BYTES = 1 << 32       # all the arrays of a file together: 4 GiB
+MAX_JSON_BYTES = 1 << 26        # its graph.json or parameters.json: 64 MiB
+_CHUNK = 1 << 22
+
+
+class Archive:
+    """An open saved file: its JSON document, and its .npy members as a read-only mapping. A member is
+    decompressed only when the document asks for it, and only after the sizes it declares (in the zip
+    directory, then in its .npy header) are checked against the limits; reading stops one byte past what
+    they declare, and nothing is unpickled."""
+
+    def __init__(self, path, text_member, expected_format, version, limits):
+        self.path = existing(path)
+        self.max_array, self.max_total, max_json = limits
+        self.total = 0
+        self.zf = self._guard(zipfile.ZipFile, self.path)
+        try:
+            doc = self._guard(self._document, text_member, max_json)
+            if not isinstance(doc, dict) or doc.get("format") != expected_format:
+                raise LoadError(f"not a {expected_format} file")
+            if doc.get("version") != version:
+                raise LoadError(f"format version {doc.get('version')!r:.20}; this staticgrad reads {version}")
+        except LoadError:
+            self.zf.close()
+            raise
+        self.doc, self.names, self.arrays = doc, set(self.zf.namelist()), {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.zf.close()
+
+    def __contains__(self, key):
+        return isinstance(key, str) and key + ".npy" in self.names
+
+    def __getitem__(self, key):
+        if key not in self.arrays:
+            self.arrays[key] = self._guard(self._array, key + ".npy")
+        return self.arrays[key]
+
+    def _guard(self, read, *args):
+        try:
+            return read(*args)
+        except LoadError:
+            raise
+        except Exception as err:        # zipfile, numpy and json raise many kinds: all mean "unreadable"
+            raise LoadError(f"the file is corrupt, truncated or not a staticgrad file "
+                            f"({type(err).__name__}: {err})") from err
+
+    def _document(self, name, limit):
+        if name not in self.zf.namelist():
+            raise LoadError(f"not a staticgrad file (no {name} inside)")
+        self._fits(name, self.zf.getinfo(name).file_size, limit, "max_json_bytes")
+        with self.zf.open(name) as fh:
+            raw = fh.read(limit + 1)
+        self._fits(name, len(raw), limit, "max_json_bytes")
+        return json.loads(raw.decode("utf-8"))
+
+    def _array(self, name):
+        info = self.zf.getinfo(name)
+        self._fits(name, info.file_size, self.max_array, "max_array_bytes")
+        with self.zf.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            if version not in ((1, 0), (2, 0)):
+                raise LoadError(f"member {name!r} is a .npy file of version {version}")
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(fh)
+            if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
+                raise LoadError(f"member {name!r} is not a numeric array (dtype {dtype})")
+            size = math.prod(shape) * dtype.itemsize
+            self._fits(name, size, self.max_array, "max_array_bytes")
+            self._fits(name, self.total + size, self.max_total, "max_total_bytes", " with the arrays read before it")
+            if size > info.file_size - fh.tell():
+                raise LoadError(f"member {name!r} declares {size} bytes of data in its header, "
+                                f"more than the {info.file_size} bytes the zip directory lists for it")
+            value = np.empty(shape[::-1] if fortran else shape, dtype)
+            self._fill(fh, value, name)
+        self.total += size
+        return value.T if fortran else value
+
+    def _fill(self, fh, value, name):
+        buffer, done = memoryview(value.reshape(-1).view(np.uint8)), 0
+        while done < value.nbytes:
+            chunk = fh.read(min(_CHUNK, value.nbytes - done))
+            if not chunk:
+                raise LoadError(f"member {name!r} ends before the {value.nbytes} bytes of data its "
+                                f"header declares")
+            buffer[done:done + len(chunk)] = chunk
+            done += len(chunk)
+        if fh.read(1):
+            raise LoadError(f"member {name!r} holds more data than its header declares "
+                            f"(shape {value.shape}, dtype {value.dtype})")
+
+    def _fits(self, name, size, limit, keyword, what=""):
+        if size > limit:
+            raise LoadLimitError(f"member {name!r} needs {size:,} bytes{what}, over the limit "
+                                 f"{keyword}={limit:,}; if you trust the file, pass a larger {keyword} to load it")
+
+
+def existing(path):
+    path = os.fspath(path)
+    if not os.path.splitext(path)[1] and os.path.isfile(path + ".npz"):
+        path += ".npz"          # saved under a name without extension, which saving completed
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path!r}")
+    return path

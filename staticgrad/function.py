@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import sys
+import threading
+from collections import deque
+from itertools import repeat
 
 import numpy as np
 
@@ -10,7 +13,7 @@ from .graph import Graph
 from .lower import Backend, Program, as_backend, build_program, failed_node
 from .passes import finish_rows
 from .report import Report
-from .tensor import StaticgradError, Tensor, format_shape, gc_paused
+from .tensor import FeedError, StaticgradError, Tensor, format_shape, gc_paused
 
 
 class ExecutionError(StaticgradError):
@@ -19,6 +22,12 @@ class ExecutionError(StaticgradError):
 
 # Only CPython's reference counts say for sure that nothing else can see an array.
 _REFCOUNTS = sys.implementation.name == "cpython"
+
+
+class _Idle(list):
+    """The programs for one combination of feed shapes that no call is running; ``kind`` is theirs."""
+
+    __slots__ = ("kind",)
 
 
 class Function:
@@ -46,9 +55,12 @@ class Function:
         self._dtypes = [n.dtype for n in self.feeds.nodes]
         self._params = [ir.nodes[i].tensor for i in ir.parameter_ids()]
         self._updates = [(ir.nodes[p].tensor, k) for k, (p, _) in enumerate(ir.updates)]
+        self._update_params = [param for param, _ in self._updates]
         self._rows = rows
         self._graph = None
-        self._plans = {}
+        self._plans = {}                # feed shapes -> the idle programs for them
+        self._building = threading.RLock()
+        self._lock = threading.RLock() if self._updates else None
         self._last = None
         self._preview = None            # fn.source before any call
         self._backend_seconds = 0.0
@@ -78,65 +90,110 @@ class Function:
 
     def _make_fast_path(self):
         """A call specialized to this function's inputs: arrays of the right dtype pass untouched (their
-        shapes are checked once per plan, when the plan for those shapes is built)."""
+        shapes are checked once per plan, when the plan for those shapes is built).
+
+        Each call takes a program from the idle ones for its shapes and puts it back when done, so calls
+        from several threads at once each run their own (a program's workspace is written by every call).
+        A call interrupted before it puts its program back just loses it: the next call builds another,
+        so no half-done handover is ever run again. Calls that update parameters hold the function's lock
+        from reading the parameters to assigning them: each sees the previous one's updates.
+        """
         names = [f"a{k}" for k in range(len(self.feeds.nodes))]
+        feeds = f"({''.join(n + ', ' for n in names)})"
         lines = [f"def fast({', '.join(names)}):"]
         for k, name in enumerate(names):
             lines.append(f"    if type({name}) is not ndarray or {name}.dtype is not D{k} "
                          f"or not {name}.flags.c_contiguous: {name} = check(N{k}, {name})")
         key = "(" + "".join(f"{n}.shape, " for n in names) + ")"
-        lines += [f"    program = plans.get({key})",
-                  f"    if program is None: return call(({', '.join(names)},))" if names else
-                  "    if program is None: return call(())",
-                  "    try:",
-                  f"        outputs, new_values = program.run({', '.join(names)})",
-                  "    except StaticgradError:",
-                  "        raise",
-                  "    except Exception as err:",
-                  "        raise explain(err, program) from err",
-                  # (the feeds too: an update simplified to a feed must copy the caller's array)
-                  f"    if new_values: assign(new_values, outputs, program, ({''.join(n + ', ' for n in names)}))"]
+        body = ["try:",
+                "    program = idle.pop()",
+                "except IndexError:",
+                f"    program = spare(idle, {key}, {feeds})",
+                "try:",
+                f"    outputs, new_values = program.run({', '.join(names)})",
+                "except StaticgradError:",
+                "    idle.append(program)",
+                "    raise",
+                "except Exception as err:",
+                "    idle.append(program)",
+                "    raise explain(err, program) from err",
+                # (the feeds too: an update simplified to a feed must copy the caller's array)
+                f"if new_values: assign(new_values, outputs, program, {feeds})",
+                "idle.append(program)"]
+        lines += [f"    idle = plans.get({key})", f"    if idle is None: return call({feeds})"]
+        if self._lock is not None:
+            # An exception raised at some lines (a nested `try:`, the `finally:`) escapes between taking the
+            # lock and giving it back; the lock is reentrant, so this thread's next call finds it still its
+            # own and drops that hold (other threads wait until then).
+            lines += ["    while owned(): release()", "    acquire()", "    try:"]
+            lines += ["        " + line for line in body] + ["    finally:", "        release()"]
+        else:
+            lines += ["    " + line for line in body]
         if self.single:
             lines += ["    out = outputs[0]", "    return out if type(out) is ndarray else asarray(out)"]
         else:
             lines += ["    return [o if type(o) is ndarray else asarray(o) for o in outputs]"]
         namespace = {"ndarray": np.ndarray, "asarray": np.asarray, "check": check_feed, "plans": self._plans,
-                     "call": self._call, "explain": self._explain, "assign": self._assign,
+                     "call": self._call, "explain": self._explain, "assign": self._assign, "spare": self._spare,
                      "StaticgradError": StaticgradError}
+        if self._lock is not None:
+            lock = self._lock
+            namespace.update(owned=lock._is_owned, acquire=lock.acquire, release=lock.release)
         for k, node in enumerate(self.feeds.nodes):
             namespace[f"D{k}"], namespace[f"N{k}"] = node.dtype, node
         exec("\n".join(lines) + "\n", namespace)
         return namespace["fast"]
 
     def _call(self, feeds):
+        """A call whose feeds are checked arrays: builds the plan for their shapes if there is none yet."""
         key = tuple([f.shape for f in feeds])
-        program = self._plans.get(key)
-        if program is None:
-            program = self._plan(key, feeds)
-        try:
-            outputs, new_values = program.run(*feeds)
-        except StaticgradError:
-            raise
-        except Exception as err:
-            raise self._explain(err, program) from err
-        if new_values:
-            self._assign(new_values, outputs, program, feeds)
-        # Reductions give numpy scalars; callers always get arrays (0-d for a scalar).
-        if self.single:
-            out = outputs[0]
-            return out if type(out) is np.ndarray else np.asarray(out)
-        return [o if type(o) is np.ndarray else np.asarray(o) for o in outputs]
+        if key not in self._plans:
+            building = self._building
+            while building._is_owned():      # (not `with`: see _make_fast_path)
+                building.release()
+            building.acquire()
+            try:
+                if key not in self._plans:
+                    self._plan(key, feeds)
+            finally:
+                building.release()
+        return self._fast(*feeds)
 
-    def _plan(self, key, feeds=None):
-        """The program specialized to feed shapes ``key`` (built once, then cached)."""
+    def _plan(self, key, feeds):
+        """Build and cache the program for feed shapes ``key``, after refusing what it must not run."""
+        for node, shape in zip(self.feeds.nodes, key):
+            if self._updates and 0 in shape:
+                raise FeedError(f"placeholder {node.label()!r}: an empty batch (shape {format_shape(shape)}) into a "
+                                "function that updates parameters (a mean over it would write NaN into them)")
         with gc_paused():
             program = build_program(self.ir, key, self.backend, feeds)
+        self._check_update_shapes(program)
         self._backend_seconds += program.seconds
         if len(self._plans) >= self.MAX_PLANS:
-            self._plans.pop(next(iter(self._plans)))
-        self._plans[key] = program
+            self._plans.pop(next(iter(self._plans)), None)
+        idle = _Idle([program])
+        idle.kind = program.kind
+        self._plans[key] = idle
         self._last = program
         return program
+
+    def _spare(self, idle, key, feeds):
+        """A program for shapes ``key`` of this call's own: the idle ones are all running in other threads
+        (or were lost to an interrupted call). It is the same code as theirs, and joins them when done."""
+        program = build_program(self.ir, key, self.backend, feeds, kind=idle.kind)
+        self._backend_seconds += program.seconds
+        return program
+
+    def _check_update_shapes(self, program):
+        """Refuse a plan whose update values do not have their parameters' shapes (a None size of the
+        update's expression is known only now)."""
+        shapes, nodes = program.shapes, self.ir.nodes
+        for p, e in self.ir.updates:
+            param = nodes[p].tensor
+            if tuple(shapes[e]) != param.shape:
+                raise ExecutionError(f"update of parameter {param.label()!r}: the new value (built at "
+                                     f"{nodes[e].source}) has shape {format_shape(shapes[e])} with these feeds, "
+                                     f"expected {format_shape(param.shape)}")
 
     def _assign(self, new_values, outputs, program, feeds=()):
         if not self._handed_over(new_values, outputs, program):
@@ -148,21 +205,20 @@ class Function:
         plan's own (fresh, or a replaced value nothing else referred to), so it is of the parameter's shape
         and dtype, and neither a feed's nor another parameter's: it can become the parameter's as it is."""
         handoff, namespace = program.handoff, program.namespace
-        if len(handoff) != len(self._updates):
+        if len(handoff) != len(new_values):
             return False
-        checked, buffers = [], set()
-        for param, k in self._updates:
+        buffers = set()
+        for k, name in handoff.items():
             value = new_values[k]
-            if namespace[handoff[k]] is not value:
+            if namespace[name] is not value:
                 return False
             buffers.add(id(value))
-            checked.append((param, k, value))
         for o in outputs:
             if id(o) in buffers or (type(o) is np.ndarray and o.base is not None and id(o.base) in buffers):
                 return False
         if len(buffers) != len(handoff):
             return False
-        self._put(checked, program)
+        self._commit(new_values, program)
         return True
 
     def _assign_checked(self, new_values, outputs, program, feeds=()):
@@ -174,7 +230,7 @@ class Function:
         held.update(map(id, feeds))
         # (an output may also be a view of a new value: the memory it shows is the caller's too)
         held.update([id(o.base) for o in outputs if type(o) is np.ndarray and o.base is not None])
-        checked = []
+        values = []
         for param, k in self._updates:
             value = new_values[k]
             if type(value) is not np.ndarray or value.shape != param.shape or value.dtype != param.dtype:
@@ -182,40 +238,43 @@ class Function:
             if id(value) in held or value.base is not None or not value.flags.writeable:
                 value = value.copy()
             held.add(id(value))
-            checked.append((param, k, value))
-        self._put(checked, program)
+            values.append(value)
+        self._commit(values, program)
 
-    @staticmethod
-    def _put(checked, program):
-        """Give each parameter its new value. Where the plan wrote that value into one of its workspace
-        buffers, the buffer now belongs to the parameter, and the replaced array takes its place if nothing
-        else can see it (the caller, a view, another parameter); else the plan gets a new buffer."""
-        handoff, namespace = program.handoff, program.namespace
-        probe = object()        # referred to by this frame only: the count `old` must match to be alone
-        alone_count = sys.getrefcount(probe) if _REFCOUNTS else -1
-        for param, k, value in checked:
-            old = param._value
-            param._value = value
-            name = handoff.get(k)
-            if name is None or namespace[name] is not value:
+    def _commit(self, values, program):
+        """Give each parameter its new value (``values`` in updates order), all in one step.
+
+        Where the plan wrote a value into one of its workspace buffers, the buffer now belongs to the
+        parameter, and the replaced array takes its place if nothing else can see it (the caller, a view,
+        another parameter); else the plan gets a new buffer. That is decided first; then one C call assigns
+        every parameter, so no Python line runs between two assignments and neither an exception nor a
+        KeyboardInterrupt can fall there. An interrupt after it, before the buffers are replaced, costs the
+        program: the caller puts it back among the idle ones only after this returns.
+        """
+        params, handoff, namespace = self._update_params, program.handoff, program.namespace
+        probe = object()        # referred to by this frame only: `old` is alone with one more, its parameter's
+        alone_count = sys.getrefcount(probe) + 1 if _REFCOUNTS else -1
+        buffers = {}
+        for k, name in handoff.items():
+            value = values[k]
+            if namespace[name] is not value:
                 continue
+            old = params[k]._value
             if sys.getrefcount(old) == alone_count and type(old) is np.ndarray and old.base is None:
                 flags = old.flags
                 if flags.c_contiguous and flags.writeable:
-                    namespace[name] = old
+                    buffers[name] = old
                     continue
-            namespace[name] = np.empty_like(value)
+            buffers[name] = np.empty_like(value)
+        deque(map(setattr, params, repeat("_value"), values), 0)
+        namespace.update(buffers)
 
     @staticmethod
     def _conform(param, value):
         value = np.asarray(value)
-        if value.shape != param.shape:
-            try:
-                value = np.broadcast_to(value, param.shape)
-            except ValueError:
-                raise ExecutionError(f"update of parameter {param.label()!r}: the new value has shape "
-                                     f"{format_shape(value.shape)}, expected "
-                                     f"{format_shape(param.shape)}") from None
+        if value.shape != param.shape:        # (the plan's shapes were checked: a kernel broke its shape rule)
+            raise ExecutionError(f"update of parameter {param.label()!r}: the new value has shape "
+                                 f"{format_shape(value.shape)}, expected {format_shape(param.shape)}")
         if value.dtype != param.dtype:
             value = value.astype(param.dtype)
         return value

@@ -2,16 +2,21 @@
 
 A saved function is one ``.npz`` file (any name): the member ``graph.json`` describes the optimized
 graph (``unzip -p model.npz graph.json`` shows it), the other members are the parameter and constant
-arrays, read back with ``np.load(..., allow_pickle=False)``. Nothing is ever pickled.
+arrays as ``.npy`` files (``np.load`` reads them too). Nothing is ever pickled.
 
 Loading treats the file as untrusted: every op must be a registered op, every attribute must decode
 to a plain value (numbers, strings, tuples, slices, numeric dtypes, small integer arrays), attribute
 keys must be identifiers and texts must be printable on one line, because the loaded graph is turned
-into generated Python source. Anything else raises :class:`LoadError` before any code is generated.
+into generated Python source. Only the members the graph names are read, each after the sizes it
+declares are checked against limits the caller can raise (:class:`LoadLimitError` past one), and every
+node's shape rule and every update's fit are checked, so a file that would fail when called is refused.
+Anything else raises :class:`LoadError` before any code is generated.
 Saving refuses the same texts (a ValueError naming the text) before it writes anything.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import keyword
 import os
@@ -20,8 +25,22 @@ import zipfile
 
 import numpy as np
 
-from .compiler import link
-from .encoding import LoadError, _check_text, _dtype_name, _is_shape, _text, decode_attr, decode_dtype, encode_attr
+from .compiler import link, update_refusal
+from .encoding import (
+    MAX_ARRAY_BYTES,
+    MAX_JSON_BYTES,
+    MAX_TOTAL_BYTES,
+    Archive,
+    LoadError,
+    LoadLimitError,  # noqa: F401  (sg.io.LoadLimitError, as sg.io.LoadError)
+    _check_text,
+    _dtype_name,
+    _is_shape,
+    _text,
+    decode_attr,
+    decode_dtype,
+    encode_attr,
+)
 from .function import Function
 from .graph import Graph, Node
 from .ops.registry import REGISTRY
@@ -167,36 +186,6 @@ def save(fn: Function | dict[str, Function], path: str | os.PathLike) -> str:
 
 
 # ------------------------------------------------------------------ reading
-def _read_zip(path, text_member, expected_format):
-    path = os.fspath(path)
-    if not os.path.splitext(path)[1] and os.path.isfile(path + ".npz"):
-        path += ".npz"          # saved under a name without extension, which saving completed
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such file: {path!r}")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile) or text_member not in archive.files:
-                raise LoadError(f"{path!r} is not a staticgrad file (no {text_member} inside)")
-            raw = archive[text_member]
-            if not isinstance(raw, bytes):
-                raise LoadError(f"{path!r}: {text_member} is not text")
-            doc = json.loads(raw.decode("utf-8"))
-            arrays = {k: archive[k] for k in archive.files if k != text_member}
-    except LoadError:
-        raise
-    except Exception as err:        # zipfile, numpy and json raise many kinds: all mean "unreadable"
-        raise LoadError(f"cannot read {path!r}: the file is corrupt, truncated or not a staticgrad file "
-                        f"({type(err).__name__}: {err})") from err
-    if not isinstance(doc, dict) or doc.get("format") != expected_format:
-        raise LoadError(f"{path!r} is not a {expected_format} file")
-    if doc.get("version") != VERSION:
-        raise LoadError(f"{path!r} has format version {doc.get('version')!r}; this staticgrad reads {VERSION}")
-    for key, arr in arrays.items():
-        if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biufc" or arr.dtype.fields is not None:
-            raise LoadError(f"{path!r}: member {key!r} is not a numeric array")
-    return doc, arrays
-
-
 def _expect(cond, message):
     if not cond:
         raise LoadError(message)
@@ -223,6 +212,11 @@ def _leaf_tensors(doc, arrays):
         holders[key] = placeholder(entry["shape"], dtype, _check_text(entry.get("name"), "a placeholder name"),
                                    requires_grad=entry["requires_grad"] and dtype.kind in "fc")
     return params, holders
+
+
+@functools.cache
+def _infer_signature(op):
+    return inspect.signature(REGISTRY[op].infer)
 
 
 def _decode_node(entry, nodes, arrays, params, holders):
@@ -255,9 +249,11 @@ def _decode_node(entry, nodes, arrays, params, holders):
         # The op's own shape rule must agree with what the file says: an edited shape, dtype or attribute
         # is refused here, not found out (or not) when the function runs.
         try:
+            _infer_signature(op).bind(inputs, **attrs)      # (names the attribute the op does not take)
             shape, dtype = REGISTRY[op].infer([nodes[i] for i in inputs], **attrs)
-        except (ValueError, TypeError, IndexError, KeyError) as err:
-            raise LoadError(f"node {nid} ({op}): its inputs and attributes do not fit the op: {err}") from None
+        except Exception as err:        # whatever a shape rule raises on inputs it was never built with
+            raise LoadError(f"node {nid} ({op}): its inputs and attributes do not fit the op: "
+                            f"{type(err).__name__}: {err}") from None
         _expect(tuple(shape) == node.shape and np.dtype(dtype) == node.dtype,
                 f"node {nid} ({op}): the file says shape {node.shape} and dtype {node.dtype}, its inputs give "
                 f"{tuple(shape)} and {np.dtype(dtype)}")
@@ -299,6 +295,9 @@ def _decode_function(doc, arrays, params, holders) -> Function:
         _expect(isinstance(pair, list) and len(pair) == 2 and all(type(i) is int and i in nodes for i in pair)
                 and nodes[pair[0]].op == "parameter" and pair[0] not in seen, f"bad update {pair!r:.80}")
         seen.add(pair[0])
+        refusal = update_refusal(*(nodes[i] for i in pair))
+        _expect(refusal is None, f"the update of parameter node {pair[0]} ({nodes[pair[0]].label()!r}) by "
+                                 f"{nodes[pair[1]].op} node {pair[1]} {refusal}")
     fed = set(inputs)
     missing = [n.label() for n in nodes.values() if n.op == "placeholder" and n.id not in fed]
     _expect(not missing, f"placeholders {missing} are used but not inputs")
@@ -309,19 +308,32 @@ def _decode_function(doc, arrays, params, holders) -> Function:
         raise LoadError(f"the loaded graph could not be linked: {type(err).__name__}: {err}") from err
 
 
-def load(path: str | os.PathLike) -> Function | dict[str, Function]:
+def load(path: str | os.PathLike, *, max_array_bytes: int = MAX_ARRAY_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES,
+         max_json_bytes: int = MAX_JSON_BYTES) -> Function | dict[str, Function]:
     """The compiled function saved at ``path`` (a dict of them if a dict was saved), with fresh
-    placeholders and parameters holding the saved values."""
-    doc, arrays = _read_zip(path, GRAPH_MEMBER, FORMAT)
+    placeholders and parameters holding the saved values.
+
+    The file is treated as untrusted. Only the arrays its graph refers to are read, and each only after
+    the sizes it declares are checked: at most ``max_array_bytes`` for one array (1 GiB by default),
+    ``max_total_bytes`` for all of them (4 GiB) and ``max_json_bytes`` for the graph description (64 MiB);
+    over a limit is a :class:`LoadLimitError` naming it. Every node's shape rule runs, and every update
+    must fit its parameter, so a file that would fail when called is refused here, with a :class:`LoadError`.
+    """
     try:
-        params, holders = _leaf_tensors(doc, arrays)
-        if "function" in doc:
-            return _decode_function(doc["function"], arrays, params, holders)
-        functions = doc.get("functions")
-        _expect(isinstance(functions, dict), "the file holds no function")
-        return {str(name): _decode_function(f, arrays, params, holders) for name, f in functions.items()}
+        limits = (max_array_bytes, max_total_bytes, max_json_bytes)
+        with Archive(path, GRAPH_MEMBER, FORMAT, VERSION, limits) as arrays:
+            return _decode_file(arrays.doc, arrays)
     except LoadError as err:
-        raise LoadError(f"cannot load {os.fspath(path)!r}: {err}") from None
+        raise type(err)(f"cannot load {os.fspath(path)!r}: {err}") from err.__cause__
+
+
+def _decode_file(doc, arrays):
+    params, holders = _leaf_tensors(doc, arrays)
+    if "function" in doc:
+        return _decode_function(doc["function"], arrays, params, holders)
+    functions = doc.get("functions")
+    _expect(isinstance(functions, dict), "the file holds no function")
+    return {str(name): _decode_function(f, arrays, params, holders) for name, f in functions.items()}
 
 
 # ------------------------------------------------------------------ parameter checkpoints
@@ -353,21 +365,30 @@ def save_parameters(target, path: str | os.PathLike) -> str:
                                                 "parameters": entries}, arrays)
 
 
-def load_parameters(target, path: str | os.PathLike, strict: bool = True):
+def load_parameters(target, path: str | os.PathLike, strict: bool = True, *, max_array_bytes: int = MAX_ARRAY_BYTES,
+                    max_total_bytes: int = MAX_TOTAL_BYTES, max_json_bytes: int = MAX_JSON_BYTES):
     """Set ``target``'s parameters from a checkpoint written by :func:`save_parameters`.
 
     Parameters are matched by key (dict keys, else position). With ``strict`` the names must agree too.
-    Every value is checked before any is assigned, so a mismatch leaves the parameters unchanged.
+    Every value is checked before any is assigned, so a mismatch leaves the parameters unchanged. The
+    limits are :func:`load`'s.
     """
-    doc, arrays = _read_zip(path, CHECKPOINT_MEMBER, CHECKPOINT_FORMAT)
+    try:
+        limits = (max_array_bytes, max_total_bytes, max_json_bytes)
+        with Archive(path, CHECKPOINT_MEMBER, CHECKPOINT_FORMAT, VERSION, limits) as arrays:
+            return _assign_checkpoint(target, arrays.doc, arrays, strict)
+    except LoadError as err:
+        raise type(err)(f"cannot load {os.fspath(path)!r}: {err}") from err.__cause__
+
+
+def _assign_checkpoint(target, doc, arrays, strict):
     entries = doc.get("parameters")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and e.get("array") in arrays for e in entries):
-        raise LoadError(f"cannot load {os.fspath(path)!r}: bad parameter table")
+    _expect(isinstance(entries, list) and all(isinstance(e, dict) and e.get("array") in arrays for e in entries),
+            "bad parameter table")
     saved = {str(e.get("key")): e for e in entries}
     items = _parameter_list(target)
-    if set(saved) != {k for k, _ in items}:
-        raise LoadError(f"{os.fspath(path)!r} holds {len(saved)} parameters ({', '.join(list(saved)[:8])}...), "
-                        f"the target has {len(items)}")
+    _expect(set(saved) == {k for k, _ in items}, f"it holds {len(saved)} parameters "
+            f"({', '.join(list(saved)[:8])}...), the target has {len(items)}")
     checked = []
     for key, p in items:
         entry, value = saved[key], arrays[saved[key]["array"]]

@@ -10,6 +10,7 @@ import itertools
 import operator
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -48,10 +49,9 @@ class GradError(StaticgradError):
     """``sg.grad`` was asked for something it cannot give."""
 
 
-class Context:
-    """What is in force while tensors are being created: role, name scopes, provenance."""
-
-    __slots__ = ("role", "scopes", "adjoint_of", "rule", "source")
+class Context(threading.local):
+    """What is in force while tensors are being created: role, name scopes, provenance. Each thread has its
+    own (a thread building one graph must not see another's name scope)."""
 
     def __init__(self):
         self.role = "forward"

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad import eager
 
 
 # ------------------------------------------------------------------ calling conventions
@@ -174,6 +175,35 @@ def test_broadcast_over_inner_axis_keeps_dims(rng, compile_both):
     gs, _ = compile_both(sg.grad(y, s), (X,), inputs=[x])
     assert gs.shape == (4, 1)
     np.testing.assert_allclose(gs, (2 * X * X * s.value).sum(axis=(0, 2))[:, None])
+
+
+@pytest.mark.parametrize("make", [lambda x: sg.broadcast_to(x, (2, 3)),
+                                  lambda x: sg.getitem_grad(x, (3, 3), (slice(1, None),))],
+                         ids=["broadcast_to", "getitem_grad"])
+def test_an_unknown_size_broadcast_by_an_op_without_siblings_is_summed_at_run_time(make, compile_both):
+    # Found by tests/test_fuzz.py: x (None, 1) fed one row is stretched to 2 rows by an op with one tensor
+    # input; the gradient took the unknown axis as unstretched and came out (2, 1) instead of (1, 1).
+    x = sg.placeholder((None, 1), name="x", requires_grad=True)
+    w = np.arange(6.0).reshape(2, 3)
+    d = sg.grad(sg.sum(make(x)[-2:] * w), x)
+    assert d.shape == (None, 1)
+    for fed, want in ((np.ones((1, 1)), w.sum(keepdims=True)), (np.ones((2, 1)), w.sum(axis=1, keepdims=True))):
+        out, _ = compile_both(d, (fed,), inputs=[x])
+        np.testing.assert_array_equal(out, want)
+        xe = eager.tensor(fed, requires_grad=True)
+        np.testing.assert_array_equal(eager.grad(sg.sum(make(xe)[-2:] * w), xe).value, want)
+
+
+def test_matmul_gradient_knowing_a_size_its_input_leaves_unknown(compile_both):
+    # Found by tests/test_fuzz.py: b's gradient a^T @ g is (None, 1, 1) for b (None, None, 1), and the
+    # sum_like that reduces it over the batch axis was refused ((None, None, 1) "did not broadcast").
+    a = sg.placeholder((None, None, 1), name="a", requires_grad=True)
+    b = sg.placeholder((None, None, 1), name="b", requires_grad=True)
+    da, db = sg.grad(sg.sum(a @ b), [a, b])
+    A, B = np.full((2, 3, 1), 2.0), np.full((1, 1, 1), 3.0)
+    (ga, gb), _ = compile_both([da, db], (A, B), inputs=[a, b])
+    np.testing.assert_array_equal(ga, np.full((2, 3, 1), 3.0))
+    np.testing.assert_array_equal(gb, np.full((1, 1, 1), 12.0))
 
 
 def test_bias_gradient_follows_the_batch_size(rng):

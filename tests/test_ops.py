@@ -571,6 +571,66 @@ def test_the_gradients_building_blocks_as_functions():
         np.testing.assert_array_equal(g.numpy(), w)
 
 
+def test_split_refuses_a_gradient_that_is_not_the_concatenation_of_its_refs():
+    # Found by tests/test_fuzz.py: split accepted any g, and its own VJP (a concatenate) failed later in sg.grad.
+    x, y = sg.placeholder((None, 3), name="x"), sg.placeholder((2, 3), name="y")
+    for g in (sg.placeholder((2, 1, 3)), sg.placeholder((None, 4)), sg.placeholder((7, 3))):
+        with pytest.raises(sg.ShapeError, match=r"split: cannot cut .* as pieces joined into"):
+            sg.ops.split(g, [y, y], axis=0, part=1)
+    assert sg.ops.split(sg.placeholder((None, 3)), [x, y], axis=0, part=1).shape == (2, 3)
+
+
+def test_sum_like_rule_itself_refuses_a_reference_that_does_not_broadcast_to_g():
+    # Found by tests/test_fuzz.py: only sg.sum_like checked this, so apply("sum_like", ...) (and eager mode
+    # through it) promised the reference's shape, (None, None) here, for a kernel result of shape (1,).
+    from staticgrad.ops.registry import apply
+    g, ref = sg.placeholder((None,), name="g"), sg.placeholder((None, None), name="ref")
+    with pytest.raises(sg.ShapeError, match=r"sum_like: \(None, None\) does not broadcast to \(None,\)"):
+        apply("sum_like", (g, ref))
+    with pytest.raises(sg.ShapeError, match="sum_like"):
+        apply("sum_like", (eager.tensor(np.ones(1)), eager.tensor(np.ones((1, 2)))))
+
+
+def test_softmax_cross_entropy_grad_rule_itself_checks_the_labels():
+    # Found by tests/test_fuzz.py: only the public function checked, so apply (and eager mode) took labels
+    # of shape (1,) for logits of shape (1,), whose labels are 0-d (torch's twin then gives shape (1, 1)).
+    from staticgrad.ops.registry import apply
+    logits, labels = sg.placeholder((1,), name="z"), sg.placeholder((1,), dtype="int64", name="t")
+    with pytest.raises(sg.ShapeError, match=r"softmax_cross_entropy_grad: labels of shape \(1,\) do not match"):
+        apply("softmax_cross_entropy_grad", (logits, labels))
+    with pytest.raises(sg.ShapeError, match="softmax_cross_entropy_grad: labels"):
+        apply("softmax_cross_entropy_grad", (eager.tensor(np.zeros(1)), eager.tensor(np.zeros(1, np.int64))))
+
+
+def test_getitem_grad_gradient_of_a_broadcast_g_with_an_unknown_size_sums_what_was_broadcast():
+    # Found by tests/test_fuzz.py: g (None, 1) fed (1, 1) fills the (2, 3) indexed (numpy's assignment rule);
+    # its gradient took the unknown axis as unstretched and came out (2, 1), where eager mode gives (1, 1).
+    g = sg.placeholder((None, 1), name="g", requires_grad=True)
+    x = sg.placeholder((3, 4), name="x")
+    index = (slice(1, None), np.array([0, 0, 2]))
+    w = np.arange(12.0).reshape(3, 4)
+    d = sg.grad(sg.sum(sg.getitem_grad(g, x, index) * w), [g])[0]
+    assert d.shape == (None, 1)
+    picked = w[index]                      # (2, 3): what each element of g is added into
+    for fed, want in ((np.ones((1, 1)), picked.sum(keepdims=True)), (np.ones((2, 1)), picked.sum(1, keepdims=True))):
+        for optimize in (True, False):
+            got = sg.compile(d, inputs=[g, x], optimize=optimize)(fed, np.zeros((3, 4)))
+            np.testing.assert_array_equal(got, want)
+        ge = eager.tensor(fed, requires_grad=True)
+        np.testing.assert_array_equal(
+            eager.grad(sg.sum(sg.getitem_grad(ge, eager.tensor(np.zeros((3, 4))), index) * w), [ge])[0].value, want)
+
+
+def test_getitem_grad_rule_itself_refuses_a_g_that_cannot_fill_the_indexed_shape():
+    # Found by tests/test_fuzz.py: only sg.getitem_grad checked, so apply took a (1, None) g for the (2,)
+    # that x[:, 1] indexes (numpy's assignment drops leading 1s), and its gradient came out of rank 1.
+    from staticgrad.ops.index import normalize_index
+    from staticgrad.ops.registry import apply
+    g = sg.placeholder((1, None), name="g")
+    with pytest.raises(sg.ShapeError, match=r"getitem_grad: a gradient of shape \(1, None\) cannot fill \(2,\)"):
+        apply("getitem_grad", (g,), {"index": normalize_index((slice(None), 1)), "shape": (2, 3)})
+
+
 def test_arctan2_has_torchs_zero_gradient_at_the_origin():
     y, x = sg.placeholder((), name="y", requires_grad=True), sg.placeholder((), name="x", requires_grad=True)
     gy, gx = sg.compile(sg.grad(sg.arctan2(y, x), [y, x]), inputs=[y, x])(0.0, 0.0)

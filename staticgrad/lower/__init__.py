@@ -52,12 +52,14 @@ def as_backend(backend) -> Backend:
     return backend if isinstance(backend, Backend) else Backend(backend)
 
 
-def build_program(graph, shapes, backend="numpy", feeds=None) -> Program:
+def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Program:
     """The program that runs ``graph`` (an optimized IR graph) when its inputs have ``shapes`` (one shape
     per ``graph.inputs``), with ``backend`` (a name or a :class:`Backend`).
 
     With ``feeds`` (the call's arrays), a tiny plan may run as scalar code, first checked against the
-    numpy plan on them. ``shapes=None`` gives shape-generic source for reading, with no memory plan.
+    numpy plan on them. ``kind="scalar"`` makes it scalar code unchecked, for a copy of a program that
+    passed that check (each thread running a plan at once needs a copy: the workspace is the program's).
+    ``shapes=None`` gives shape-generic source for reading, with no memory plan.
     The program's ``kind`` says what runs ("numpy", "scalar" or "numba"), ``stats`` what it batched or
     fused, ``seconds`` what lowering for the numba backend took.
     """
@@ -73,8 +75,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None) -> Program:
     concrete, order = at_sizes(graph, order, sizes)
     program = _numpy_program(concrete, order, params, sizes, backend.memory_planning)
     program.seconds = 0.0
-    if backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes):
-        program = _maybe_scalar(concrete, order, params, sizes, program, feeds)
+    if kind == "scalar" or (backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes)):
+        program = _maybe_scalar(concrete, order, params, sizes, program, None if kind == "scalar" else feeds)
     if backend.name == "numba" and program.kind == "numpy":
         # (a plan that runs as scalar code never needs the interpreter, nor its compile)
         from .numba_backend import fused_program
@@ -101,12 +103,16 @@ def _numpy_program(concrete, order, params, shapes, memory_planning):
 
 
 def _maybe_scalar(graph, order, params, shapes, program, feeds):
-    """The scalar version of ``program`` (the caller checked it is eligible), if it agrees on ``feeds``."""
+    """The scalar version of ``program`` (the caller checked it is eligible), if it agrees on ``feeds``
+    (None: a copy of one that did)."""
     try:
         source, used = scalarize.generate(graph, order, params, graph.inputs, shapes)
     except Exception:       # anything the scalar generator cannot express stays with numpy
         return program
     candidate = scalarize.ScalarProgram(source, used, [graph.nodes[i].tensor for i in params], program)
+    candidate.seconds = 0.0
+    if feeds is None:
+        return candidate
     try:
         want, got = program.run(*feeds), candidate.run(*feeds)
     except Exception:
@@ -115,5 +121,4 @@ def _maybe_scalar(graph, order, params, shapes, program, feeds):
         if not np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-12,
                            equal_nan=True):
             return program
-    candidate.seconds = 0.0
     return candidate

@@ -54,7 +54,7 @@ def failed_node(program, err):
         frame = tb.tb_frame
         if frame.f_code.co_filename == "<staticgrad>":
             found = program.line_nodes.get(tb.tb_lineno)
-        elif frame.f_code is _LOOP:
+        elif frame.f_code is _LOOP and "at" in frame.f_locals:    # (not before the first step began)
             found = program.step_nodes[frame.f_locals["at"]]
         tb = tb.tb_next
     return found

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
 from .registry import (
     BROADCAST,
     LAYOUT,
@@ -18,12 +18,15 @@ from .registry import (
     broadcast_shapes,
     coerce,
     defop,
+    stored_axes,
+    stored_sizes,
 )
 from .shape import SPECIALIZED, identity_of, op_axes
 
 
 def _broadcast_to_spec(inputs, shape):
     (x,) = inputs
+    stored_sizes(shape)
     if broadcast_shapes(x.shape, shape) != tuple(shape):
         raise ShapeError(f"cannot broadcast {format_shape(x.shape)} to {format_shape(shape)}")
     return tuple(shape), x.dtype
@@ -71,6 +74,7 @@ def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
 
 def _expand_dims_spec(inputs, axis):
     (x,) = inputs
+    stored_axes(axis, x.ndim + len(axis) if isinstance(axis, tuple) else 0)
     shape = list(x.shape)
     for a in axis:
         shape.insert(a, 1)
@@ -79,7 +83,7 @@ def _expand_dims_spec(inputs, axis):
 
 def _squeeze_spec(inputs, axis):
     (x,) = inputs
-    for a in axis:
+    for a in stored_axes(axis, x.ndim):
         if x.shape[a] not in (1, None):
             raise ShapeError(f"cannot squeeze axis {a} of size {x.shape[a]} in {format_shape(x.shape)}")
     return tuple(d for i, d in enumerate(x.shape) if i not in axis), x.dtype
@@ -155,7 +159,17 @@ def _sum_like_specialize(node, shapes, nodes):
     return node
 
 
-_SUM_LIKE = defop("sum_like", _sum_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+def _sum_like_spec(inputs):
+    x, like = inputs
+    # refused only if no run-time sizes could make it work: a None may be 1 or any size
+    fits = like.ndim <= x.ndim and all(d is None or e is None or d in (1, e)
+                                       for d, e in zip(like.shape[::-1], x.shape[::-1]))
+    if not fits:
+        raise ShapeError(f"{format_shape(like.shape)} does not broadcast to {format_shape(x.shape)}")
+    return like.shape, x.dtype
+
+
+_SUM_LIKE = defop("sum_like", _sum_like_kernel, _sum_like_spec,
                   lambda g, out, gin, ref: (apply("broadcast_like", (g, gin)), None), SHAPE_REF | SHAPE_OF_REF,
                   specialize=_sum_like_specialize, torch=lambda T: lambda g, ref: g.sum_to_size(ref.shape),
                   unsupported={"scalar": "a sum over both leading and stretched axes has no scalar form yet; "
@@ -168,7 +182,4 @@ def sum_like(x: TensorLike, like: TensorLike) -> Tensor:
     """``x`` summed back to ``like``'s shape: over the axes that broadcasting ``like`` to x's shape adds or
     stretches, found from the run-time shapes (the gradient of broadcast_like)."""
     x, like = coerce(x, like)
-    if like.ndim > x.ndim or broadcast_shapes(like.shape, x.shape) != tuple(x.shape):
-        raise ShapeError(f"sum_like: {format_shape(like.shape)} does not broadcast to {format_shape(x.shape)} "
-                         f"(at {user_frame()})")
     return apply("sum_like", (x, like))

@@ -20,6 +20,7 @@ from .registry import (
     defop,
     elementwise_spec,
     kernel_dtype,
+    stored_dtype,
 )
 
 
@@ -88,7 +89,8 @@ def cast_kernel(x, dtype):
 
 
 def _cast_spec(inputs, dtype):
-    return inputs[0].shape, np.dtype(dtype)
+    (x,) = inputs
+    return x.shape, stored_dtype(dtype)
 
 
 def _cast_vjp(g, out, x, dtype):

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
-from .registry import REARRANGES, SHAPE_REF, VIEW, apply, coerce, defop
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
+from .registry import REARRANGES, SHAPE_REF, VIEW, apply, coerce, defop, stored_sizes
 
 
 def normalize_index(index):
@@ -105,9 +105,23 @@ def _index_shape(shape, index):
     return tuple(out)
 
 
+def _stored_index(index):
+    """``index`` if it is in the form :func:`normalize_index` gives."""
+    def stored(item):
+        if isinstance(item, np.ndarray):
+            return item.dtype.kind in "biu"
+        if isinstance(item, slice):
+            return all(v is None or type(v) is int for v in (item.start, item.stop, item.step))
+        return item is None or item is Ellipsis or type(item) is int
+    if not isinstance(index, tuple) or not all(stored(item) for item in index):
+        raise TypeError(f"index {index!r:.200} is not a tuple of ints, slices, None, Ellipsis and integer or "
+                        f"bool arrays")
+    return index
+
+
 def _getitem_spec(inputs, index):
     (x,) = inputs
-    return _index_shape(x.shape, index), x.dtype
+    return _index_shape(x.shape, _stored_index(index)), x.dtype
 
 
 def _getitem_kernel(x, index):
@@ -135,8 +149,19 @@ def _getitem_grad_kernel(g, ref=None, index=(), shape=None):
 
 
 def _getitem_grad_spec(inputs, index, shape):
-    g = inputs[0]
-    return (inputs[1].shape if shape is None else tuple(shape)), g.dtype
+    g, *like = inputs
+    if len(like) > 1 or (shape is None) != bool(like):
+        raise TypeError(f"takes a gradient and either a tensor of the shape to fill or that shape, got "
+                        f"{len(inputs)} inputs and shape {shape!r:.80}")
+    shape = like[0].shape if like else stored_sizes(shape)
+    picked = _index_shape(shape, _stored_index(index))
+    # numpy's assignment rule: g broadcasts to the indexed shape (a None fits anything)
+    fits = len(g.shape) <= len(picked) and all(a in (1, None) or b is None or a == b
+                                                for a, b in zip(g.shape[::-1], picked[::-1]))
+    if not fits:
+        raise ShapeError(f"a gradient of shape {format_shape(g.shape)} cannot fill {format_shape(picked)}, "
+                         f"the shape indexed")
+    return tuple(shape), g.dtype
 
 
 def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
@@ -195,14 +220,6 @@ def getitem_grad(g: TensorLike, like: TensorLike | tuple[int, ...], index: Any) 
     indices adding up: the gradient of ``like[index]``."""
     (g,) = coerce(g)
     index = normalize_index(index)
-    shape = tuple(int(d) for d in like) if isinstance(like, tuple) else coerce(like)[0].shape
-    picked = _index_shape(shape, index)
-    # numpy's assignment rule: g broadcasts to the indexed shape (a None fits anything)
-    fits = len(g.shape) <= len(picked) and all(a in (1, None) or b is None or a == b
-                                                for a, b in zip(g.shape[::-1], picked[::-1]))
-    if not fits:
-        raise ShapeError(f"getitem_grad: a gradient of shape {format_shape(g.shape)} cannot fill "
-                         f"{format_shape(picked)}, the shape indexed (at {user_frame()})")
     if isinstance(like, tuple):
-        return apply("getitem_grad", (g,), {"index": index, "shape": shape})
+        return apply("getitem_grad", (g,), {"index": index, "shape": tuple(int(d) for d in like)})
     return apply("getitem_grad", (g, coerce(like)[0]), {"index": index, "shape": None})

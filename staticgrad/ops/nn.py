@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, constant, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, constant, format_shape
 from .elementary import exp
 from .elementwise import as_float
 from .reduce import _logsumexp_kernel, rowwise_scalar, sum
-from .registry import NONDIFF, SHAPE_REF, apply, coerce, defop, kernel_dtype
+from .registry import NONDIFF, SHAPE_REF, apply, check_arity, coerce, defop, kernel_dtype, stored_axes
 from .shape import op_axes
 
 
@@ -27,6 +27,7 @@ def _log_softmax_kernel(x, axis):
 
 def _float_spec(inputs, axis):
     (x,) = inputs
+    stored_axes(axis, x.ndim)
     return x.shape, kernel_dtype(np.exp, (x.dtype,))
 
 
@@ -105,7 +106,16 @@ def _sce_grad_torch(T):
     return run
 
 
-_ONE_HOT = defop("one_hot", _one_hot_kernel, lambda inputs: (inputs[0].shape + inputs[1].shape[-1:], inputs[1].dtype),
+def _one_hot_spec(inputs):
+    check_arity(inputs, 2)
+    labels, like = inputs
+    if labels.dtype.kind not in "iu" or like.ndim < 1:
+        raise ShapeError(f"integer labels and a tensor with a class axis, got {labels.dtype} labels "
+                         f"and a like of shape {format_shape(like.shape)}")
+    return labels.shape + like.shape[-1:], like.dtype
+
+
+_ONE_HOT = defop("one_hot", _one_hot_kernel, _one_hot_spec,
                  None, NONDIFF | SHAPE_REF, scalar_rule=_one_hot_scalar, scalar_kinds=(("iu", "f"), "f"),
                  torch=_one_hot_torch,
                  doc="one_hot(labels, like): rows of the identity, as many classes as like's last axis")
@@ -116,9 +126,6 @@ def one_hot(labels: TensorLike, like: TensorLike) -> Tensor:
     """Rows of the identity for integer ``labels``, as many classes as ``like``'s last axis, in like's dtype."""
     (labels,) = coerce(labels)
     (like,) = coerce(like)
-    if labels.dtype.kind not in "iu" or like.ndim < 1:
-        raise ShapeError(f"one_hot: integer labels and a tensor with a class axis, got {labels.dtype} labels "
-                         f"and a like of shape {format_shape(like.shape)} (at {user_frame()})")
     return apply("one_hot", (labels, like))
 
 
@@ -248,7 +255,12 @@ def _sce_torch(T):
 _SCE = defop("softmax_cross_entropy", _sce_kernel, _sce_spec, _sce_vjp, flops=10, scalar_rule=_sce_scalar,
              scalar_kinds=(("f", "iu"), "f"), paired={"softmax_cross_entropy_grad": _sce_pair_kernel},
              torch=_sce_torch)
-_SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, lambda inputs: (inputs[0].shape, inputs[0].dtype),
+def _sce_grad_spec(inputs):
+    _sce_spec(inputs)          # the loss's own checks of the labels
+    return inputs[0].shape, inputs[0].dtype
+
+
+_SCE_GRAD = defop("softmax_cross_entropy_grad", _sce_grad_kernel, _sce_grad_spec,
                   _sce_grad_vjp, unsupported={"scalar": "no scalar form yet (plans of a whole training step pair it "
                                                         "with the loss in one kernel)"}, torch=_sce_grad_torch,
                   doc="(softmax(logits) - onehot(labels)) / N: the gradient of the mean cross-entropy")
@@ -260,9 +272,7 @@ def softmax_cross_entropy_grad(logits: TensorLike, labels: TensorLike) -> Tensor
     softmax_cross_entropy(logits, labels) with respect to the logits, in one pass."""
     (logits,) = coerce(logits)
     (labels,) = coerce(labels)
-    logits = as_float(logits)
-    _sce_spec((logits, labels))          # the loss's own checks of the labels
-    return apply("softmax_cross_entropy_grad", (logits, labels))
+    return apply("softmax_cross_entropy_grad", (as_float(logits), labels))
 
 
 @_SCE.publish

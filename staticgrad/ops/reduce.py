@@ -18,6 +18,10 @@ from .registry import (
     coerce,
     defop,
     kernel_dtype,
+    stored_axes,
+    stored_axis,
+    stored_dtype,
+    stored_flag,
 )
 from .shape import SPECIALIZED, op_axes
 
@@ -28,9 +32,13 @@ def reduced_shape(shape, axes, keepdims):
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _reduce_spec(kernel):
+def _reduce_spec(kernel, extremum=None):
+    """The shape rule of a reduction; an ``extremum`` ("max", "min") has none over an empty axis."""
     def infer(inputs, axis, keepdims):
         (x,) = inputs
+        axis, keepdims = stored_axes(axis, x.ndim), stored_flag(keepdims, "keepdims")
+        if extremum:
+            _nonempty(extremum, x, axis)
         return reduced_shape(x.shape, axis, keepdims), kernel_dtype(kernel, (x.dtype,))
     return infer
 
@@ -64,7 +72,7 @@ def count(x, axes, dtype=None):
         dtype = x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
     if None not in dims:
         return constant(float(np.prod(dims, dtype=np.float64)), dtype=dtype)
-    return apply("size", (x,), {"axis": axes, "dtype": dtype})
+    return apply("size", (x,), {"axis": axes, "dtype": np.dtype(dtype)})
 
 
 # ------------------------------------------------------------------ sum, mean, max, min
@@ -124,9 +132,9 @@ _SUM = defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp, OUT, flops=in
              scalar_rule=_summing(False), torch=_torch_reduction("sum"))
 _MEAN = defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp, flops=input_flops,
               scalar_rule=_summing(True), torch=_torch_reduction("mean"))
-_MAX = defop("max", np.maximum.reduce, _reduce_spec(np.max), _extremum_vjp, OUT, flops=input_flops,
+_MAX = defop("max", np.maximum.reduce, _reduce_spec(np.max, "max"), _extremum_vjp, OUT, flops=input_flops,
              unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amax"))
-_MIN = defop("min", np.minimum.reduce, _reduce_spec(np.min), _extremum_vjp, OUT, flops=input_flops,
+_MIN = defop("min", np.minimum.reduce, _reduce_spec(np.min, "min"), _extremum_vjp, OUT, flops=input_flops,
              unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amin"))
 
 
@@ -183,8 +191,6 @@ def _reduction(opdef):
     def fn(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         (x,) = coerce(x)
         axes = op_axes(name, axis, x.ndim)
-        if opdef is _MAX or opdef is _MIN:
-            _nonempty(name, x, axes)
         if opdef is _LOGSUMEXP:
             x = as_float(x)
         return apply(name, (x,), {"axis": axes, "keepdims": bool(keepdims)})
@@ -192,10 +198,10 @@ def _reduction(opdef):
     return opdef.publish(fn)
 
 
-def _nonempty(name, x, axes):
+def _nonempty(extremum, x, axes):
+    # (apply puts the op's name and the user's line in front)
     if any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"{name}: zero-size axis of {format_shape(x.shape)} has no {name.removeprefix('arg')} "
-                         f"(at {user_frame()})")
+        raise ShapeError(f"zero-size axis of {format_shape(x.shape)} has no {extremum}")
 
 
 sum, mean, max, min, logsumexp = (_reduction(_SUM), _reduction(_MEAN), _reduction(_MAX), _reduction(_MIN),
@@ -203,16 +209,20 @@ sum, mean, max, min, logsumexp = (_reduction(_SUM), _reduction(_MEAN), _reductio
 
 
 # ------------------------------------------------------------------ argmax, argmin
-def _arg_spec(inputs, axis, keepdims):
-    (x,) = inputs
-    axes = tuple(range(x.ndim)) if axis is None else (axis,)
-    return reduced_shape(x.shape, axes, keepdims), np.dtype(np.intp)
+def _arg_spec(extremum):
+    def infer(inputs, axis, keepdims):
+        (x,) = inputs
+        axes = tuple(range(x.ndim)) if axis is None else (stored_axis(axis, x.ndim),)
+        keepdims = stored_flag(keepdims, "keepdims")
+        _nonempty(extremum, x, axes)
+        return reduced_shape(x.shape, axes, keepdims), np.dtype(np.intp)
+    return infer
 
 
 def _arg_op(name, kernel, torch_name):
     def run(x, axis, keepdims):
         return kernel(x, axis=axis, keepdims=keepdims)
-    opdef = defop(name, run, _arg_spec, None, flops=input_flops,
+    opdef = defop(name, run, _arg_spec(name[3:]), None, flops=input_flops,
                   unsupported={"scalar": "its result is an integer index; the scalar path computes floats"},
                   torch=lambda T, axis, keepdims: lambda x: getattr(T, torch_name)(x, dim=axis, keepdim=keepdims))
 
@@ -223,7 +233,6 @@ def _arg_op(name, kernel, torch_name):
                 raise TypeError(f"{name}: axis must be one integer or None, as in numpy, got {axis!r} "
                                 f"(at {user_frame()})")
             (axis,) = op_axes(name, axis, x.ndim)
-        _nonempty(name, x, tuple(range(x.ndim)) if axis is None else (axis,))
         return apply(name, (x,), {"axis": axis, "keepdims": bool(keepdims)})
     fn.__doc__ = (f"numpy.{name}: the index of the {name[3:]} along ``axis`` (None: of the flattened tensor), "
                   f"as an integer tensor; not differentiable.")
@@ -247,7 +256,13 @@ def _size_torch(T, axis, dtype):
     return lambda x: T.tensor(math.prod(x.shape[a] for a in axis), dtype=to)
 
 
-_SIZE = defop("size", _size_kernel, lambda inputs, axis, dtype: ((), np.dtype(dtype)), None, SHAPE_ONLY,
+def _size_spec(inputs, axis, dtype):
+    (x,) = inputs
+    stored_axes(axis, x.ndim)
+    return (), stored_dtype(dtype)
+
+
+_SIZE = defop("size", _size_kernel, _size_spec, None, SHAPE_ONLY,
               unsupported={"scalar": SPECIALIZED}, torch=_size_torch,
               doc="number of elements of x over axis (runtime shape)")
 

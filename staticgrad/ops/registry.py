@@ -8,6 +8,7 @@ or eager.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
 import operator
@@ -228,11 +229,22 @@ def kernel_dtype(kernel, dtypes, attrs_key=()):
 
 def elementwise_spec(kernel):
     """Broadcast the inputs' shapes; take the dtype numpy's kernel gives."""
-    def infer(inputs, **attrs):
+    n = kernel_arity(kernel)
+
+    def infer(inputs):
+        check_arity(inputs, n)
         shape = broadcast_shapes(*[x.shape for x in inputs])
-        return shape, kernel_dtype(kernel, tuple([x.dtype for x in inputs]),
-                                   tuple(sorted(attrs.items())) if attrs else ())
+        return shape, kernel_dtype(kernel, tuple([x.dtype for x in inputs]))
     return infer
+
+
+def kernel_arity(kernel) -> int:
+    """How many inputs a kernel takes: a ufunc's ``nin`` (its next positional argument is ``out``: one input
+    too many would be written into), else its positional parameters without a default."""
+    if isinstance(kernel, np.ufunc):
+        return kernel.nin
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+               for p in inspect.signature(kernel).parameters.values())
 
 
 def same_spec(inputs, **attrs):
@@ -262,3 +274,48 @@ def normalize_axis(axis, ndim, op="reduce"):
     if len(set(out)) != len(out):
         raise ShapeError(f"repeated axis in {axis}")
     return tuple(sorted(out))
+
+
+# ------------------------------------------------------------------ what shape rules check of attributes
+# The public functions turn what the user wrote into one stored form; the shape rules refuse any other, so
+# a node made other than through them (read from a file) is held to what building would have made.
+def check_arity(inputs, n):
+    if len(inputs) != n:
+        raise TypeError(f"takes {n} input{'s' if n != 1 else ''}, got {len(inputs)}")
+
+
+def stored_axes(axes, ndim):
+    """``axes`` if it is what :func:`normalize_axis` gives: a sorted tuple of distinct axes of rank ``ndim``."""
+    if not isinstance(axes, tuple) or normalize_axis(axes, ndim) != axes:
+        raise ShapeError(f"axis {axes!r} is not a sorted tuple of distinct axes of a rank-{ndim} tensor")
+    return axes
+
+
+def stored_axis(axis, ndim):
+    """``axis`` if it is one axis of a rank-``ndim`` tensor, counted from 0."""
+    (axis,) = integers((axis,), "axis")
+    if not 0 <= axis < ndim:
+        raise ShapeError(f"axis {axis} is not an axis of a rank-{ndim} tensor")
+    return axis
+
+
+def stored_sizes(shape, what="shape", free=False):
+    """``shape`` if it is a tuple of sizes (ints >= 0; with ``free``, one -1 is allowed: reshape's)."""
+    if not isinstance(shape, tuple):
+        raise TypeError(f"{what} must be a tuple, got {shape!r}")
+    sizes = integers(shape, what)
+    if any(d < 0 for d in sizes) and not (free and sizes.count(-1) == 1 and min(sizes) == -1):
+        raise ShapeError(f"negative size in {what} {shape}")
+    return shape
+
+
+def stored_flag(value, what):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def stored_dtype(dtype):
+    if not isinstance(dtype, np.dtype) or dtype.kind not in "biufc" or dtype.fields is not None:
+        raise TypeError(f"dtype must be a numeric numpy dtype, got {dtype!r}")
+    return dtype

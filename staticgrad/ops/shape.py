@@ -1,6 +1,7 @@
 """Ops that move data without arithmetic: reshape, transpose, concatenate, stack (indexing: index.py)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +22,9 @@ from .registry import (
     defop,
     integers,
     normalize_axis,
+    stored_axis,
+    stored_dtype,
+    stored_sizes,
 )
 
 # Why an op that a plan rewrites at its concrete sizes needs no lowering of its own.
@@ -49,6 +53,7 @@ def at_user_line(op, check, *args):
 # ------------------------------------------------------------------ reshape
 def _reshape_spec(inputs, shape):
     (x,) = inputs
+    stored_sizes(shape, "sizes", free=isinstance(shape, tuple) and shape.count(-1) == 1)
     if shape.count(-1) > 1:
         raise ShapeError(f"can only infer one dimension, got {shape}")
     known_out = [d for d in shape if d != -1]
@@ -94,7 +99,14 @@ def _reshape_like_specialize(node, shapes, nodes):
 
 _RESHAPE = defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW | LAYOUT | REARRANGES,
                  torch=lambda T, shape: lambda x: x.reshape(shape))
-_RESHAPE_LIKE = defop("reshape_like", _reshape_like_kernel, lambda inputs: (inputs[1].shape, inputs[0].dtype),
+def _reshape_like_spec(inputs):
+    x, ref = inputs
+    if None not in x.shape + ref.shape and math.prod(x.shape) != math.prod(ref.shape):
+        raise ShapeError(f"cannot reshape {format_shape(x.shape)} into {format_shape(ref.shape)}")
+    return ref.shape, x.dtype
+
+
+_RESHAPE_LIKE = defop("reshape_like", _reshape_like_kernel, _reshape_like_spec,
                       lambda g, out, x, ref: (reshape_back(g, x), None), VIEW | SHAPE_REF | SHAPE_OF_REF,
                       specialize=_reshape_like_specialize, unsupported={"scalar": SPECIALIZED},
                       torch=lambda T: lambda x, ref: x.reshape(ref.shape))
@@ -119,6 +131,8 @@ def reshape(x: TensorLike, *shape: int | Sequence[int]) -> Tensor:
 # ------------------------------------------------------------------ transpose
 def _transpose_spec(inputs, axes):
     (x,) = inputs
+    if not isinstance(axes, tuple) or sorted(integers(axes, "axes")) != list(range(x.ndim)):
+        raise ShapeError(f"axes {axes!r} are not a permutation of the {x.ndim} axes of {format_shape(x.shape)}")
     return tuple(x.shape[a] for a in axes), x.dtype
 
 
@@ -162,6 +176,7 @@ def swap_last(x):
 # ------------------------------------------------------------------ concatenate, stack and their VJPs
 def _concat_spec(inputs, axis):
     first = inputs[0]
+    stored_axis(axis, first.ndim)
     for x in inputs[1:]:
         if x.ndim != first.ndim:
             raise ShapeError("all inputs must have the same rank, got "
@@ -203,6 +218,12 @@ def _split_kernel(g, *refs, axis, part):
 
 def _split_spec(inputs, axis, part):
     g, refs = inputs[0], inputs[1:]
+    (part,) = integers((part,), "part")
+    if not 0 <= part < len(refs):
+        raise ShapeError(f"part {part} of {len(refs)} pieces")
+    joined = _concat_spec(refs, stored_axis(axis, g.ndim))[0]
+    if len(joined) != g.ndim or any(a is not None and b is not None and a != b for a, b in zip(g.shape, joined)):
+        raise ShapeError(f"cannot cut {format_shape(g.shape)} as pieces joined into {format_shape(joined)}")
     shape = list(g.shape)
     shape[axis] = refs[part].shape[axis]
     return tuple(shape), g.dtype
@@ -256,7 +277,12 @@ def _zeros_like_torch(T, dtype):
     return lambda x: T.zeros(x.shape, dtype=to)
 
 
-_ZEROS_LIKE = defop("zeros_like", _zeros_like_kernel, lambda inputs, dtype: (inputs[0].shape, np.dtype(dtype)), None,
+def _zeros_like_spec(inputs, dtype):
+    (x,) = inputs
+    return x.shape, stored_dtype(dtype)
+
+
+_ZEROS_LIKE = defop("zeros_like", _zeros_like_kernel, _zeros_like_spec, None,
                     NONDIFF | SHAPE_ONLY | SHAPE_OF_REF, unsupported={"scalar": SPECIALIZED},
                     torch=_zeros_like_torch,
                     doc="zeros of x's shape (read at run time) and ``dtype``")
@@ -286,6 +312,7 @@ def concatenate(tensors: Sequence[TensorLike], axis: int | None = 0) -> Tensor:
 
 
 def _stack_spec(inputs, axis):
+    stored_axis(axis, inputs[0].ndim + 1)
     try:
         shape, dtype = _concat_spec([_Unsqueezed(x, axis) for x in inputs], axis)
     except ShapeError:

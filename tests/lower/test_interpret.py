@@ -147,3 +147,22 @@ def test_run_takes_exactly_its_feeds(always):
     fn(np.ones(3))
     with pytest.raises(TypeError, match="takes 1 positional"):
         fn.program.run()
+
+
+def test_an_error_before_the_first_step_names_no_node(always):
+    x = sg.placeholder((3,), name="x")
+    fn = sg.compile(x * 2.0 + 1.0, inputs=[x])
+    fn.backend = fn.backend.replace(scalar=False)
+    fn(np.ones(3))
+
+    def tracer(frame, event, arg):
+        if event == "line" and frame.f_code is interpret._LOOP:
+            raise RuntimeError("stop")       # at the loop's first line: no step has begun
+        return tracer
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(sg.ExecutionError, match="compiled function failed: RuntimeError: stop"):
+            fn(np.ones(3))
+    finally:
+        sys.settrace(None)
+    np.testing.assert_array_equal(fn(np.ones(3)), np.full(3, 3.0))
