@@ -90,6 +90,9 @@ def add_arguments(parser):
     parser.add_argument("--peer-timeout", type=float, default=None, help="seconds one peer may take")
     parser.add_argument("--out", "--json", "--output", dest="out", default=None,
                         help="JSON file or folder (default: benchmarks/results/)")
+    parser.add_argument("--huge", action="store_true",
+                        help="instead: the huge-graph measurement (benchmarks/huge.py: a 100,002- and a "
+                             "1,000,002-op chain, build/grad/compile/first call seconds and peak RSS)")
     return parser
 
 
@@ -153,6 +156,12 @@ def run_from_args(args, relaunch=None) -> int:
     this process; so unless this is already the benchmark's own process, ``relaunch`` (the command
     line that got here) is run again in the benchmark environment and its exit status returned.
     """
+    if getattr(args, "huge", False):
+        # (each size runs in a fresh process of the benchmark environment: no relaunch needed)
+        from .huge import main as huge_main
+        out = args.out if args.out is None or args.out.endswith(".json") else os.path.join(
+            args.out, time.strftime("huge-%Y%m%d-%H%M%S.json"))
+        return huge_main([] if out is None else ["--out", out])
     if relaunch is not None and os.environ.get(CHILD_MARK) != "1":
         return subprocess.call(relaunch, env=bench_env(args.threads), cwd=ROOT)
     settings = settings_from_args(args)

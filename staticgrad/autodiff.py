@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import networkx as nx
-
 from . import stable
-from .graph import ancestors, sweep_key, to_digraph
+from .graph import ancestors, reverse_order
 from .ops.broadcast import broadcast_to
 from .ops.elementwise import cast
 from .ops.reduce import sum as reduce_sum
@@ -112,6 +110,8 @@ def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
     can tell, and a ``sum_like`` node decides when the function runs (each plan turns it into a plain
     sum or into nothing, so it costs nothing per call).
     """
+    if g.shape == x.shape and g.dtype == x.dtype and None not in g.shape:
+        return g        # (nothing was stretched: the common case, once per VJP input of a big sweep)
     if _maybe_stretched(g, x, siblings, core):
         g = apply("sum_like", (g, x))
     else:
@@ -234,6 +234,26 @@ def _seed(y, grad_output, source):
     return seed
 
 
+class SweepStep:
+    """One node reached by sg.grad's sweep: ``step["node"]``, ``["op"]``, ``["parts"]`` (ids of the terms
+    summed into its gradient), ``["adjoint"]`` (the id of that gradient), ``["sends"]`` ((input id,
+    contribution id) pairs). (Slots, not a dict: a sweep of a million nodes records a million of them.)"""
+
+    __slots__ = ("node", "op", "parts", "adjoint", "sends")
+
+    def __init__(self, node, op, parts, adjoint):
+        self.node, self.op, self.parts, self.adjoint, self.sends = node, op, parts, adjoint, []
+
+    def __getitem__(self, key):
+        if key not in self.__slots__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __repr__(self):
+        return (f"SweepStep(node={self.node}, op={self.op!r}, parts={self.parts}, adjoint={self.adjoint}, "
+                f"sends={self.sends})")
+
+
 class _Symbolic(Mode):
     """sg.grad's sweep: tensors on a path from a ``wrt`` to y need gradients; every step is recorded."""
 
@@ -247,9 +267,9 @@ class _Symbolic(Mode):
 
     def reached(self, node, g, parts):
         self.adjoint[node.id] = g
-        step = {"node": node.id, "op": node.op, "parts": [p.id for p in parts], "adjoint": g.id, "sends": []}
+        step = SweepStep(node.id, node.op, tuple([p.id for p in parts]), g.id)
         self.steps.append(step)     # what a reader of the backward pass wants to see
-        return step["sends"]
+        return step.sends
 
     def provenance(self, node):
         # A twin's adjoint nodes belong to the user's tensor it stands for, and name the stable form whose
@@ -265,17 +285,23 @@ def _symbolic_sweep(y, wrt, seed):
     origin = {}
     twin = stable_twin(sorted(ancestors([y]).values(), key=lambda t: t.id), wrt, origin)
     ty, twrt = twin.get(y.id, y), [twin.get(w.id, w) for w in wrt]
-    graph = to_digraph([ty])
-    cone = set()                     # nodes on a path from a wrt tensor to y: the only ones that need one
-    for w in twrt:
-        if w.id in graph:
-            cone.add(w.id)
-            cone.update(nx.descendants(graph, w.id))
-    order = [graph.nodes[i]["tensor"] for i in nx.lexicographical_topological_sort(graph.reverse(copy=False),
-                                                                                     key=sweep_key) if i in cone]
+    cone = _cone(ty, twrt)
+    # (the consumers of a tensor of the cone are in the cone: the order of the cone alone is the order of
+    # y's whole graph with the other tensors left out)
+    order = reverse_order([ty], lambda x: x.id in cone) if ty.id in cone else []
     mode = _Symbolic(cone, origin)
     reverse_sweep(order, [(ty, seed)] if ty.id in cone else [], mode)
     return {w.id: mode.adjoint[t.id] for w, t in zip(wrt, twrt) if t.id in mode.adjoint}, mode.steps
+
+
+def _cone(y, wrt) -> set:
+    """Ids of the tensors on a path from a tensor of ``wrt`` to ``y``: the only ones that need a gradient."""
+    found = ancestors([y])
+    cone = {w.id for w in wrt if w.id in found}
+    for i in sorted(found):          # (creation order: every tensor after its inputs)
+        if i not in cone and any(x.id in cone for x in found[i].inputs):
+            cone.add(i)
+    return cone
 
 
 def _results(wrt, adjoint, single, sweep, y):

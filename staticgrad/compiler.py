@@ -57,9 +57,8 @@ def update_refusal(param, expr):
     return None
 
 
-def _placeholders(roots):
-    found = ancestors(roots)
-    return [t for _, t in sorted(found.items()) if t.op == "placeholder"]
+def _placeholders(found):
+    return sorted((t for t in found.values() if t.op == "placeholder"), key=lambda t: t.id)
 
 
 def compile(outputs: Tensor | Sequence[Tensor], inputs: Tensor | Sequence[Tensor] | None = None,
@@ -96,7 +95,8 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
         raise ValueError(f"compile: passes={passes!r} with optimize=False would run no pass; drop one of "
                          f"them (at {source})")
     pairs = _normalize_updates(updates, source)
-    needed = _placeholders(outs + [e for _, e in pairs])
+    found = ancestors(outs + [e for _, e in pairs])
+    needed = _placeholders(found)
     positional = inputs is not None
     if inputs is None:
         inputs = needed
@@ -113,9 +113,9 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
             raise StaticgradError(f"compile: the outputs need placeholder(s) {', '.join(map(repr, missing))}, "
                                   f"which are not in inputs (at {source})")
 
-    graph = Graph.from_tensors(outs, pairs, inputs)
+    graph = Graph.from_tensors(outs, pairs, inputs, found)
     graph.assign_roles()
-    unoptimized = graph
+    unoptimized = graph if len(graph.nodes) <= passes_mod.KEEP_UP_TO else None
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes

@@ -10,7 +10,7 @@ import numpy as np
 
 from .feeds import Feeds, check_feed
 from .graph import Graph
-from .lower import Backend, Program, as_backend, build_program
+from .lower import Backend, Program, as_backend, build_program, failed_node
 from .passes import finish_rows
 from .report import Report
 from .tensor import FeedError, NumericsError, StaticgradError, Tensor, format_shape, gc_paused, origin
@@ -38,8 +38,9 @@ class Function:
     reuse it, so alternating batch sizes never recompile.
 
     What inspection reads: ``ir`` (the optimized IR graph), ``unoptimized`` (the graph before the passes,
-    None for a loaded function), ``report()`` (its rows: what each pass did), ``program`` (the plan of
-    the latest call), ``source``, ``graph`` (networkx), ``check_feeds``.
+    None for a loaded function or one of more than passes.KEEP_UP_TO nodes), ``report()`` (its rows: what
+    each pass did), ``program`` (the plan of the latest call), ``source``, ``graph`` (networkx),
+    ``check_feeds``.
     """
 
     MAX_PLANS = 32
@@ -279,14 +280,8 @@ class Function:
         return value
 
     def _explain(self, err, program):
-        tb = err.__traceback__
-        line = None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == "<staticgrad>":
-                line = tb.tb_lineno
-            tb = tb.tb_next
         nodes = self.ir.nodes
-        node = nodes.get(program.line_nodes.get(line))
+        node = nodes.get(failed_node(program, err))
         numerics = isinstance(err, FloatingPointError)     # (under np.errstate(all="raise"))
         if node is None:
             cls = NumericsError if numerics else ExecutionError

@@ -10,7 +10,7 @@ import itertools
 import networkx as nx
 import numpy as np
 
-from .tensor import Tensor
+from .tensor import NO_ATTRS, Tensor
 
 _node_ids = itertools.count(1 << 40)   # ids for nodes the passes create; tensor ids stay below
 
@@ -94,7 +94,7 @@ class Node:
                  value=None, source="", scope="", adjoint_of=None, rule=None, requires_grad=False,
                  tensor=None, id=None, meta=None):
         self.id = next(_node_ids) if id is None else id
-        self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs or {})
+        self.op, self.inputs, self.attrs = op, list(inputs), dict(attrs) if attrs else NO_ATTRS
         self.shape, self.dtype, self.name, self.role = tuple(shape), np.dtype(dtype), name, role
         self.value, self.source, self.scope = value, source, scope
         self.adjoint_of, self.rule, self.requires_grad, self.tensor = adjoint_of, rule, requires_grad, tensor
@@ -102,10 +102,16 @@ class Node:
 
     @classmethod
     def from_tensor(cls, t: Tensor) -> Node:
-        return cls(t.op, [x.id for x in t.inputs], t.attrs, t.shape, t.dtype, t.name, t.role,
-                   t._value if t.op == "constant" else None, t.source, t.scope,
-                   t.adjoint_of.id if t.adjoint_of is not None else None, t.rule, t.requires_grad,
-                   tensor=t, id=t.id, meta=t.meta)
+        # (what __init__ would do, less its conversions: a tensor's shape is a tuple, its dtype a dtype)
+        new = cls.__new__(cls)
+        new.id, new.op, new.inputs = t.id, t.op, [x.id for x in t.inputs]
+        new.attrs = dict(t.attrs) if t.attrs else NO_ATTRS
+        new.shape, new.dtype, new.name, new.role = t.shape, t.dtype, t.name, t.role
+        new.value = t._value if t.op == "constant" else None
+        new.source, new.scope, new.rule, new.requires_grad = t.source, t.scope, t.rule, t._requires_grad
+        new.adjoint_of = t.adjoint_of.id if t.adjoint_of is not None else None
+        new.tensor, new.meta = t, t.meta
+        return new
 
     def copy(self, **changes) -> Node:
         new = Node.__new__(Node)
@@ -143,9 +149,15 @@ class Graph:
         self.inputs = list(inputs)             # placeholder node ids, in call order
 
     @classmethod
-    def from_tensors(cls, outputs, updates=(), inputs=()) -> Graph:
-        roots = list(outputs) + [e for _, e in updates] + [p for p, _ in updates] + list(inputs)
-        found = ancestors(roots)
+    def from_tensors(cls, outputs, updates=(), inputs=(), found=None) -> Graph:
+        """The graph of ``outputs``, ``updates`` and ``inputs``; ``found``: ``ancestors`` of the outputs and
+        the update expressions, when the caller already has it."""
+        if found is None:
+            found = ancestors(list(outputs) + [e for _, e in updates])
+        else:
+            found = dict(found)
+        for leaf in [p for p, _ in updates] + list(inputs):     # (leaves: nothing more to walk)
+            found.setdefault(leaf.id, leaf)
         nodes = {i: Node.from_tensor(found[i]) for i in sorted(found)}
         return cls(nodes, [t.id for t in outputs], [(p.id, e.id) for p, e in updates], [t.id for t in inputs])
 
@@ -155,7 +167,8 @@ class Graph:
         return node.id
 
     def rebuild(self, visit) -> Graph:
-        """A new graph made by calling ``visit(new_graph, node)`` on every node in order.
+        """A new graph made by calling ``visit(new_graph, node)`` on every node in order (this graph itself
+        when every node is kept as it is).
 
         ``node``'s inputs already point at their replacements (it is a copy when they changed, else the
         node itself, shared with this graph: visitors never mutate it, they add changed copies).
@@ -180,6 +193,8 @@ class Graph:
             else:
                 moved = True
             mapping[node.id] = result
+        if not moved and len(nodes) == len(self.nodes) and all(nodes.get(i) is n for i, n in self.nodes.items()):
+            return self         # (a pass that changed nothing: no second copy of a big graph's dict)
         new.outputs = [mapping[o] for o in self.outputs]
         new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
         new.inputs = [mapping.get(i, i) for i in self.inputs]

@@ -3,11 +3,13 @@ import atexit
 import os
 import shutil
 import tempfile
+import uuid
 
 import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad.ops.registry import REGISTRY, defop, same_spec
 
 # Interpreters the numba backend compiles are cached in a folder of this run, never in the user's.
 os.environ["STATICGRAD_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="staticgrad-tests-cache-")
@@ -17,6 +19,21 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def boom():
+    """A throwaway op whose kernel raises at run time when any value exceeds 100."""
+    name = f"test_boom_{uuid.uuid4().hex[:8]}"
+
+    def kernel(x):
+        if np.any(x > 100):
+            raise ValueError("boom: value over 100")
+        return x * 1.0
+
+    defop(name, kernel, same_spec, vjp=lambda g, out, x: (g,))
+    yield name                     # tests call apply(boom, ...) themselves, so the op's line is theirs
+    REGISTRY.pop(name, None)
 
 
 def _as_list(values, single):

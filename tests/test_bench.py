@@ -237,3 +237,34 @@ def test_floors_help_prints_usage_and_measures_nothing():
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stdout + done.stderr
     assert "ms (" not in done.stdout
+
+
+def test_the_huge_chain_reference_matches_finite_differences():
+    from benchmarks import huge
+    data = huge.make_data()
+    loss, gx, gc, gd = huge.reference(data, cycles=6)
+    for name, grad in (("x", gx), ("c", gc), ("d", gd)):
+        for k in (0, 7):
+            def at(v, name=name):
+                return huge.reference({**data, name: v}, cycles=6)[0]
+            assert grad[k] == pytest.approx(_central_difference(at, data[name], k), rel=1e-6)
+
+
+def test_the_huge_graph_measurement_runs_a_size_in_its_own_process(tmp_path):
+    from benchmarks import huge
+    entry = huge.run_one(300, timeout=300, env=bench.bench_env(1))
+    assert entry["status"] == "ok", entry
+    assert list(entry["stages"]) == list(huge.STAGES)
+    assert entry["result"]["forward_ops"] == 300 and entry["result"]["max_rel_err"] <= huge.RTOL
+    assert all(s["peak_rss"] > 0 and s["cpu_s"] >= 0 for s in entry["stages"].values())
+    assert "300" in huge.format_table([entry]).splitlines()[-1]
+
+
+def test_bench_huge_runs_the_huge_graph_measurement_instead(monkeypatch, tmp_path):
+    from benchmarks import huge
+    seen = []
+    monkeypatch.setattr(huge, "main", lambda argv: seen.append(argv) or 0)
+    parser = bench.add_arguments(argparse.ArgumentParser())
+    assert bench.run_from_args(parser.parse_args(["--huge", "--out", "x.json"]), relaunch=["false"]) == 0
+    assert bench.run_from_args(parser.parse_args(["--huge", "--out", str(tmp_path)]), relaunch=["false"]) == 0
+    assert seen[0] == ["--out", "x.json"] and seen[1][1].startswith(str(tmp_path)) and seen[1][1].endswith(".json")

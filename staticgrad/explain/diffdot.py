@@ -40,8 +40,9 @@ def diff_dot(fn: Function, **kwargs) -> pydot.Dot:
     scopes, legend, name, rankdir).
     """
     if getattr(fn, "unoptimized", None) is None:
-        raise ValueError("diff_dot: expected a function made by sg.compile (one linked from a loaded graph "
-                         "keeps no unoptimized graph to compare with)")
+        raise ValueError("diff_dot: expected a function made by sg.compile (one linked from a loaded graph, "
+                         "or compiled from more than staticgrad.passes.KEEP_UP_TO nodes, keeps no unoptimized "
+                         "graph to compare with)")
     pic = picture_of(fn, "unoptimized")
     base, final = pic.graph, fn.ir.nodes
     added = {i: n for i, n in final.items() if i not in base.nodes}

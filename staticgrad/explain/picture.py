@@ -78,7 +78,8 @@ def picture_of(target, stage="optimized") -> Picture:
         base = target.unoptimized
         if stage == "unoptimized" and base is None:
             raise ValueError("to_dot: this function keeps no unoptimized graph (it was linked from a loaded "
-                             "graph); draw stage='optimized'")
+                             "graph, or compiled from more than staticgrad.passes.KEEP_UP_TO nodes); draw "
+                             "stage='optimized'")
         graph = base if stage == "unoptimized" else target.ir
         lookup = dict(tensor_closure(base)) if base is not None else {}
         lookup.update(base.nodes if base is not None else {})

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import batching, scalarize
-from .codegen import Program, generate
+from . import batching, codegen, scalarize
+from .codegen import Program
+from .interpret import failed_node, generate
 from .memory import plan_memory
 from .numerics import Reporter, quiet
 from .shapes import at_sizes, concrete_shapes
 
-__all__ = ["Backend", "Program", "as_backend", "build_program"]
+__all__ = ["Backend", "Program", "as_backend", "build_program", "failed_node"]
 
 
 class Backend:
@@ -80,7 +81,9 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     concrete, order = at_sizes(graph, order, sizes)
     if backend.check_numerics:
         memory = plan_memory(concrete, order, sizes, enable=backend.memory_planning)
-        program = generate(concrete, order, params, concrete.inputs, memory, numerics=Reporter(concrete.nodes, sizes))
+        # (source, whatever the size: a check per node is one more line per node, not for a huge graph)
+        program = codegen.generate(concrete, order, params, concrete.inputs, memory,
+                                   numerics=Reporter(concrete.nodes, sizes))
         program.shapes, program.seconds, program.run = sizes, 0.0, quiet(program.run)
         return program
     program = _numpy_program(concrete, order, params, sizes, backend.memory_planning)

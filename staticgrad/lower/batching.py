@@ -41,16 +41,18 @@ def batch(graph, order, shapes):
     nothing is."""
     found = _Groups(graph, order, shapes)
     found.find()
+    users = graph.consumers()
     scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.eff.get, found.stackable,
-                        lambda n: batchable(n, shapes))
+                        lambda n: batchable(n, shapes), users, found.pos)
     for links, _ in scans:
         for m in links:
             found.eff[m] = found.pos[links[0]]
     folds = sums.find(graph, order, shapes, found.escaping, found.row_of, found.stackable,
-                      lambda n: batchable(n, shapes), MIN_BATCH)
+                      lambda n: batchable(n, shapes), MIN_BATCH, users)
+    del users
     if not found.groups and not folds and not scans:
         return None
-    return stacked.rewrite(graph, order, shapes, found.groups, found.buffers, found.row_of, folds, scans)
+    return stacked.rewrite(graph, order, shapes, found.groups, found.buffers, found.row_of, folds, scans, found.pos)
 
 
 class _Groups:

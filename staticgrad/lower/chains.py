@@ -66,7 +66,7 @@ class Scan(Rows):
         return np.multiply.accumulate(self.stack, axis=0, out=self.out)
 
 
-def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
+def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable, users=None, pos=None):
     """Product chains worth a scan: a list of (links, rows), ``rows[0]`` the start, ``rows[k]`` link k's factor.
 
     A link is an unbatched float ``mul`` of a few numbers whose result is not returned; each link after the
@@ -76,8 +76,8 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable):
     own row (``stackable``) as row k of ``("factors", first)``.
     """
     nodes = graph.nodes
-    pos = {i: k for k, i in enumerate(order)}
-    users = graph.consumers()
+    pos = {i: k for k, i in enumerate(order)} if pos is None else pos
+    users = graph.consumers() if users is None else users
 
     def link(i):
         n = nodes[i]

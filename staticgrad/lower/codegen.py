@@ -130,22 +130,34 @@ def kernel_for(nodes, node, memory):
     return opdef.kernel
 
 
-def generate(graph, order, params, inputs, memory=None, fused=(), numerics=None) -> Program:
+def generate(graph, order, params, inputs, memory=None, fused=(), writer=None, numerics=None) -> Program:
     """Source for ``graph``'s nodes in ``order``; ``params``/``inputs`` are leaf node ids in call order.
 
     ``memory`` (a memory.MemoryPlan) sends results into workspace slots with ``out=``. ``fused`` lists
     (kernel, fuse.Region) pairs: each region's nodes are computed by one kernel call, made where the
-    region's last node stands (its nodes are consecutive in ``order``). ``numerics`` (a
-    numerics.Reporter) checks every float feed, parameter and value as soon as it exists.
+    region's last node stands (its nodes are consecutive in ``order``). ``writer``: the class that writes
+    the program (default: the source writer; ``interpret.StepWriter`` writes steps for a loop to run).
+    ``numerics`` (a numerics.Reporter) checks every float feed, parameter and value as soon as it exists.
     """
-    writer = _Writer(graph, order, memory, fused, numerics)
+    writer = (writer or Writer)(graph, order, memory, fused, numerics)
     writer.header(params, inputs)
     for step, i in enumerate(order):
         writer.node(step, i)
     return writer.finish()
 
 
-class _Writer:
+class Call:
+    """One kernel call of a plan: ``var = kernel(*args, **attrs, out=out)``, by names of the generated
+    module (attrs: (key, literal value, None) or (key, None, the bound value's name))."""
+
+    __slots__ = ("var", "kernel", "args", "attrs", "out", "positional")
+
+    def __init__(self, var, kernel, args, attrs, out, positional):
+        self.var, self.kernel, self.args, self.attrs = var, kernel, args, attrs
+        self.out, self.positional = out, positional
+
+
+class Writer:
     """The lines of one generated ``run`` and the names they use."""
 
     def __init__(self, graph, order, memory, fused, numerics=None):
@@ -185,13 +197,19 @@ class _Writer:
             name = identifier("p_" + (nodes[i].name or str(k)), self.taken) or f"p{k}"
             self.taken.add(name)
             self.names[i] = name
-            self.emit(f"    {name} = P[{k}]._value{comment(nodes[i])}", i)
+            self.load_param(k, name, i)
         for i in list(inputs) + list(params):
             self.check(i)
         self.slots = {}
         if self.memory is not None:
             for k, (shape, dtype) in enumerate(self.memory.slots):
                 self.slots[k] = self.ns.bind("w", np.empty(shape, np.dtype(dtype)))
+
+    def load_param(self, k, name, i):
+        self.emit(self.param_line(k, name, i), i)
+
+    def param_line(self, k, name, i):
+        return f"    {name} = P[{k}]._value{comment(self.nodes[i])}"
 
     def emit(self, line, node_id=None):
         self.lines.append(line)
@@ -236,12 +254,17 @@ class _Writer:
         pair = self.paired[i]
         if pair is not None:             # (else computed with its partner, earlier)
             kernel, both = pair
-            first, second = (self.fresh(j) for j in both)
-            args = ", ".join(self.names[j] for j in node.inputs)
+            outs = [self.fresh(j) for j in both]
+            args = [self.names[j] for j in node.inputs]
             name = self.ns.bind(kernel.__name__.strip("_").removesuffix("kernel"), kernel)
-            self.emit(f"    {first}, {second} = {name}({args}){comment(self.nodes[both[0]])}; one pass with:"
-                      f"{comment(self.nodes[both[1]])[3:]}", i)
+            self.multi(i, outs, name, args, lambda: (
+                f"    {outs[0]}, {outs[1]} = {name}({', '.join(args)}){comment(self.nodes[both[0]])}; one pass with:"
+                f"{comment(self.nodes[both[1]])[3:]}"))
         self.drop_dead(node.inputs, step)
+
+    def multi(self, i, outs, kernel, args, line):
+        """Node ``i``'s line: ``outs`` (names) from one call of ``kernel`` on ``args``; ``line()`` is its text."""
+        self.emit(line(), i)
 
     def region(self, step, i):
         if i not in self.region_at:
@@ -250,38 +273,47 @@ class _Writer:
         outs = [self.fresh(j) for j in region.outputs]
         args = [self.names[j] for j in region.inputs]
         ops = ", ".join(dict.fromkeys(self.nodes[j].op for j in region.nodes))
-        self.emit(f"    {', '.join(outs)}, = {self.ns.bind('fused', kernel)}({', '.join(args)})"
-                  f"  # fused loop over {len(region.nodes)} nodes: {ops}", i)
+        name = self.ns.bind('fused', kernel)
+        self.multi(i, outs, name, args, lambda: f"    {', '.join(outs)}, = {name}({', '.join(args)})"
+                                                f"  # fused loop over {len(region.nodes)} nodes: {ops}")
         self.drop_dead(region.inputs, step)
 
     def call(self, step, i, node):
+        self.emit(self.call_line(i, node, self.call_parts(i, node)), i)
+        self.drop_dead(node.inputs, step)
+
+    def call_parts(self, i, node) -> Call:
+        """What node ``i``'s line calls, with what, and where the result goes (names bound here)."""
         memory, ns = self.memory, self.ns
         self.counter += 1
         var = self.names[i] = f"v{self.counter}"
-        args = [self.names[j] for j in node.inputs]
         own = (node.meta or {}).get("kernel")      # a plan's own kernel (a scan, a gather) owns its buffer
         slot = memory.slot.get(i) if memory is not None else None
         out = self.slots[slot] if slot is not None else None
         if memory is not None and i in memory.fixed_out and own is None:
             out = ns.bind("r", memory.fixed_out[i])
-        for key, value in node.attrs.items():
-            args.append(f"{key}={value!r}" if _is_literal(value) else f"{key}={ns.bind('a', value)}")
+        attrs = [(key, value, None) if _is_literal(value) else (key, None, ns.bind("a", value))
+                 for key, value in node.attrs.items()]
         kernel = kernel_for(self.nodes, node, memory)
         kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
-        if out is not None:
-            if isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs:
-                args.append(out)     # positional out: ~10% cheaper per call on tiny arrays
-            else:
-                args.append(f"out={out}")
-        elif own is None:
+        # positional out: ~10% cheaper per call on tiny arrays
+        positional = isinstance(kernel, np.ufunc) and kernel not in _KEYWORD_OUT and not node.attrs
+        if out is None and own is None:
             self.temps.add(var)
+        return Call(var, kernel_name, [self.names[j] for j in node.inputs], attrs, out, positional)
+
+    def call_line(self, i, node, call) -> str:
+        args = list(call.args)
+        args += [f"{key}={value!r}" if name is None else f"{key}={name}" for key, value, name in call.attrs]
+        if call.out is not None:
+            args.append(call.out if call.positional else f"out={call.out}")
         note = ""
         if i in self.updated:
-            note = _UNPRINTABLE.sub("?", f"; {out} becomes {self.nodes[self.updated[i]].label()}'s array")
-        self.emit(f"    {var} = {kernel_name}({', '.join(args)}){comment(node)}{note}", i)
-        self.drop_dead(node.inputs, step)
+            note = _UNPRINTABLE.sub("?", f"; {call.out} becomes {self.nodes[self.updated[i]].label()}'s array")
+        return f"    {call.var} = {call.kernel}({', '.join(args)}){comment(node)}{note}"
 
-    def finish(self) -> Program:
+    def results(self):
+        """([(output name, whether it is returned as a copy)], [update names], handoff)."""
         graph, nodes = self.graph, self.nodes
         outs, returned = [], set()
         for o in graph.outputs:
@@ -289,13 +321,20 @@ class _Writer:
             # Each output is the caller's own array: never a feed, a parameter or a constant we hold, nor
             # memory already handed out as another output (passes may merge outputs or drop copies).
             fresh = base.op not in LEAVES and base.id not in returned
-            outs.append(self.names[o] if fresh else f"np.array({self.names[o]})")
+            outs.append((self.names[o], not fresh))
             returned.add(base.id)
-        ups = ", ".join(self.names[e] for _, e in graph.updates)
-        self.lines.append(f"    return [{', '.join(outs)}], [{ups}]")
         memory = self.memory
         handoff = {k: self.slots[slot] for k, slot in memory.handoff.items()} if memory is not None else {}
-        return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, memory, handoff)
+        return outs, [self.names[e] for _, e in graph.updates], handoff
+
+    def return_line(self, outs, ups):
+        returned = ", ".join(f"np.array({name})" if copy else name for name, copy in outs)
+        return f"    return [{returned}], [{', '.join(ups)}]"
+
+    def finish(self) -> Program:
+        outs, ups, handoff = self.results()
+        self.lines.append(self.return_line(outs, ups))
+        return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, handoff)
 
 
 def _pairs(nodes, order, memory, fused):

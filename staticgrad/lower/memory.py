@@ -25,7 +25,6 @@ class MemoryPlan:
     def __init__(self):
         self.slot = {}            # node id -> slot index
         self.slots = []           # slot index -> (shape, dtype)
-        self.free_after = {}      # step -> [node ids whose value may be dropped after that step]
         self.peak_planned = 0     # bytes: workspace + stacked buffers + fresh intermediates live at once,
         #                           at the worst step
         self.peak_unplanned = 0   # bytes: every intermediate kept until the call returns
@@ -100,8 +99,6 @@ class _Planner:
         # Elementwise ops over these get no C-ordered out= buffer (``usable``).
         self.permuted = permuted_values(graph, order)
         self.escaping, last = self._lifetimes(graph, order)
-        for step, i in enumerate(order):
-            plan.free_after.setdefault(last.get(i, step), []).append(i)
         self.handing = handoff_candidates(graph, self.base, shapes) if enable else {}
         self.free = {}                     # (shape, dtype) -> [slot indices]
         self.dying_at = {}                 # step -> storage bases whose last use is that step

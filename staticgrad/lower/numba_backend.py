@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from . import fuse, numba_cache, scalar_math, vector_math
-from .codegen import generate
+from .interpret import generate
 from .memory import plan_memory
 
 # Templates computed by vector_math's polynomials (about 1 ns an element in SIMD registers, against 7-15 ns

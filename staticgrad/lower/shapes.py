@@ -28,27 +28,27 @@ class _Spec:
 
 def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
     """Every node's shape for these placeholder shapes (the static rules run again on exact sizes)."""
-    specs = _fed_specs(graph, feed_shapes, feed_dtypes)
+    nodes = graph.nodes
+    shapes = {i: s.shape for i, s in _fed_specs(graph, feed_shapes, feed_dtypes).items()}
     for i in order:
-        node = graph.nodes[i]
-        if i in specs:
+        node = nodes[i]
+        if i in shapes:
             continue
-        if node.op in LEAVES or (None not in node.shape and all(None not in graph.nodes[j].shape
-                                                                 for j in node.inputs)):
-            specs[i] = _Spec(node.shape, node.dtype)     # static shapes without unknowns are exact
+        if node.op in LEAVES or (None not in node.shape and all(None not in nodes[j].shape for j in node.inputs)):
+            shapes[i] = tuple(node.shape)     # static shapes without unknowns are exact
             continue
         # Also where the result's shape is static: inputs sized by different feeds must still agree (the
         # logits and labels of a loss fed 3 rows and 4 labels).
         try:
-            shape, _ = REGISTRY[node.op].infer([specs[j] for j in node.inputs], **node.attrs)
+            shape, _ = REGISTRY[node.op].infer([_Spec(shapes[j], nodes[j].dtype) for j in node.inputs], **node.attrs)
         except ShapeError as err:
-            sizes = ", ".join(format_shape(specs[j].shape) for j in node.inputs)
+            sizes = ", ".join(format_shape(shapes[j]) for j in node.inputs)
             fed = ", ".join(f"{graph.nodes[j].label()!r} {format_shape(s)}" for j, s in zip(graph.inputs, feed_shapes)
                             if None in graph.nodes[j].shape)
             raise ShapeError(f"{node.op} (built at {node.source}): {err}; the sizes fed ({fed}) give inputs of "
                              f"shapes {sizes}") from None
-        specs[i] = _Spec(shape, node.dtype)
-    return {i: s.shape for i, s in specs.items()}
+        shapes[i] = tuple(shape)
+    return shapes
 
 
 def _fed_specs(graph, feed_shapes, feed_dtypes):

@@ -22,11 +22,11 @@ class Batched:
         self.nbytes = 0           # of the stacked buffers allocated for the plan
 
 
-def rewrite(graph, order, shapes, groups, buffers, row_of, folds=(), scans=()) -> Batched:
+def rewrite(graph, order, shapes, groups, buffers, row_of, folds=(), scans=(), pos=None) -> Batched:
     restack = _Restack(graph, shapes, buffers, scans, row_of)
     for group in groups:
         restack.group(*group)
-    pos = {i: k for k, i in enumerate(order)}
+    pos = {i: k for k, i in enumerate(order)} if pos is None else pos
     for links, rows in scans:
         restack.scan(links, rows, pos[links[0]])
     for adds, rows in folds:

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 
 
-def find(graph, order, shapes, escaping, row_of, stackable, batchable, min_adds):
+def find(graph, order, shapes, escaping, row_of, stackable, batchable, min_adds, users=None):
     """Running sums worth one reduction: lists ``(adds, rows)``; ``rows`` are the summed values in order.
 
     Every add but the last must feed only the next one; every row must be a constant (its row is filled
@@ -20,7 +20,7 @@ def find(graph, order, shapes, escaping, row_of, stackable, batchable, min_adds)
     another plan buffer (a batched op's, a scan's: copied in, one strided copy per run of rows).
     """
     nodes = graph.nodes
-    nexts = _links(graph, order, shapes, escaping, row_of, batchable)
+    nexts = _links(graph, order, shapes, escaping, row_of, batchable, graph.consumers() if users is None else users)
     continued = set(nexts.values())
     chained = {i for i, t in nexts.items() if t is not None} | (continued - {None})
     rows_ok = _Rows(nodes, shapes, row_of, stackable, chained)
@@ -36,9 +36,9 @@ def find(graph, order, shapes, escaping, row_of, stackable, batchable, min_adds)
     return folds
 
 
-def _links(graph, order, shapes, escaping, row_of, batchable):
+def _links(graph, order, shapes, escaping, row_of, batchable, users):
     """{add: the add that continues a running sum from it, or None}."""
-    nodes, users = graph.nodes, graph.consumers()
+    nodes = graph.nodes
 
     def link(i):
         n = nodes[i]

@@ -155,7 +155,8 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     """Make the tensor ``name(*inputs, **attrs)``, checking shapes now so errors point at the user's line."""
     opdef = REGISTRY[name]
     attrs = attrs or {}
-    if EAGER_HOOK is not None and any(getattr(x, "_eager", False) for x in inputs):
+    # (a plain Tensor has no _eager: looking it up would raise and catch an AttributeError per input)
+    if EAGER_HOOK is not None and any(type(x) is not Tensor and getattr(x, "_eager", False) for x in inputs):
         return EAGER_HOOK(opdef, inputs, attrs)
     source = source or user_frame()
     try:
@@ -191,6 +192,8 @@ def as_tensor(value, like=None) -> Tensor:
 
 def coerce(*values):
     """Tensors for ``values``; Python scalars adopt the dtype of the first tensor argument."""
+    if all(type(v) is Tensor for v in values):
+        return values           # (the common case: every op of a sweep)
     like = next((v.dtype for v in values if isinstance(v, Tensor) or hasattr(v, "_eager")), None)
     return tuple(as_tensor(v, like) for v in values)
 
@@ -198,6 +201,8 @@ def coerce(*values):
 # ------------------------------------------------------------------ shape and dtype rules
 def broadcast_shapes(*shapes):
     """numpy broadcasting over static shapes; ``None`` is a size known only at run time."""
+    if len(shapes) == 2 and shapes[0] == shapes[1] and None not in shapes[0]:
+        return tuple(shapes[0])     # (the common case, on every op of a big graph's build and sweep)
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(ndim):
@@ -228,8 +233,8 @@ def elementwise_spec(kernel):
 
     def infer(inputs):
         check_arity(inputs, n)
-        shape = broadcast_shapes(*(x.shape for x in inputs))
-        return shape, kernel_dtype(kernel, tuple(x.dtype for x in inputs))
+        shape = broadcast_shapes(*[x.shape for x in inputs])
+        return shape, kernel_dtype(kernel, tuple([x.dtype for x in inputs]))
     return infer
 
 

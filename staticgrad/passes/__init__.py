@@ -52,11 +52,18 @@ def pass_name(fn) -> str:
     return getattr(fn, "__name__", repr(fn))
 
 
+# A graph of more nodes keeps no copies for the report: the ledger's rows carry no FLOPs or peak bytes
+# (each row would keep its own version of the graph until a report asked), and sg.compile keeps no
+# unoptimized graph (as for a function linked from a loaded graph).
+KEEP_UP_TO = 1_000_000
+_NO_COSTS = {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
+
+
 def _costs(graph):
     try:
         return costs(graph)
     except ValueError:      # shapes that only a real feed can settle: report what is known
-        return {"flops": None, "peak_bytes": None, "peak_bytes_unplanned": None}
+        return dict(_NO_COSTS)
 
 
 class _LazyCosts:
@@ -65,6 +72,8 @@ class _LazyCosts:
 
     def __init__(self, graph):
         self.graph, self.values = graph, None
+        if len(graph.nodes) > KEEP_UP_TO:
+            self.graph, self.values = None, dict(_NO_COSTS)
 
     def get(self):
         if self.values is None:
@@ -96,12 +105,15 @@ def run_pipeline(graph, passes, lazy_costs=False):
         start = time.perf_counter()
         result = fn(graph)
         seconds = time.perf_counter() - start
+        before_graph = graph
         graph, stats = result if isinstance(result, tuple) else (result, None)
-        ops_after = {i: n.op for i, n in graph.nodes.items()}
-        after = Counter(ops_after.values())
+        # (one of ours that changed nothing returns its input: a big graph's op map is not made again)
+        unchanged = graph is before_graph and stats is not None and not stats.changed
+        if not unchanged:
+            ops_after = {i: n.op for i, n in graph.nodes.items()}
+            after = Counter(ops_after.values())
         if previous is None or (stats is not None and stats.changed) or after != before:
             previous = _LazyCosts(graph)
-        kept = ops_after.keys() & ops_before.keys()
         rows.append({
             "pass": stats.name if stats is not None else pass_name(fn),
             "nodes_before": n_before,
@@ -113,11 +125,12 @@ def run_pipeline(graph, passes, lazy_costs=False):
             "fixed_point": stats.fixed_point if stats is not None else True,
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
-            "removed_ids": sorted(ops_before.keys() - kept),
-            "added_ids": sorted(ops_after.keys() - kept),
-            "replaced_ids": sorted(i for i in kept if ops_before[i] != ops_after[i]),
+            "removed_ids": [] if unchanged else sorted(i for i in ops_before if i not in ops_after),
+            "added_ids": [] if unchanged else sorted(i for i in ops_after if i not in ops_before),
+            "replaced_ids": [] if unchanged else sorted(i for i, op in ops_after.items()
+                                                        if ops_before.get(i, op) != op),
         })
     return graph, (rows if lazy_costs else finish_rows(rows))
 
 
-__all__ = ["DEFAULT", "PASSES", "PassStats", "resolve", "run_pipeline"]
+__all__ = ["DEFAULT", "KEEP_UP_TO", "PASSES", "PassStats", "resolve", "run_pipeline"]

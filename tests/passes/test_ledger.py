@@ -199,3 +199,28 @@ def test_the_table_shows_peak_bytes_with_and_without_planning_before_any_call():
     last = report.rows[-1]
     assert last["peak_bytes"] < last["peak_bytes_unplanned"]
     assert str(last["peak_bytes_unplanned"]) in body[len(report.rows) - 1].split()
+
+
+def test_a_pass_that_changes_nothing_returns_its_input_and_its_row_says_so(rng):
+    x, t, loss, grads = mlp_step(rng)
+    fn = sg.compile([loss, *grads], inputs=[x, t])
+    graph, rows = passes.run_pipeline(fn.ir, ["cse", "dce"])
+    assert graph is fn.ir                      # (already optimized: no pass has anything left to do)
+    for row in rows:
+        assert row["changed"] == 0 and row["removed_ids"] == row["added_ids"] == row["replaced_ids"] == []
+
+
+def test_graphs_over_keep_up_to_nodes_keep_no_copies_for_the_report(rng, monkeypatch):
+    x, t, loss, grads = mlp_step(rng)
+    small = sg.compile([loss, *grads], inputs=[x, t])
+    monkeypatch.setattr(passes, "KEEP_UP_TO", 10)
+    big = sg.compile([loss, *grads], inputs=[x, t])
+    assert small.unoptimized is not None and big.unoptimized is None
+    rows = big.report().rows
+    assert [r["pass"] for r in rows] == DEFAULT and all(r["flops"] is None for r in rows)
+    assert any(r["flops"] is not None for r in small.report().rows)
+    with pytest.raises(ValueError, match="KEEP_UP_TO"):
+        sg.diff_dot(big)
+    X, T = rng.normal(size=(5, 4)), np.array([0, 1, 2, 1, 0])
+    for a, b in zip(small(X, T), big(X, T)):
+        np.testing.assert_array_equal(a, b)
