@@ -618,10 +618,12 @@ def test_scalar_row_sums_of_softmax_add_in_numpy_order(op):
 
 
 @pytest.mark.parametrize("shape, axis", [((12,), None), ((3, 10), 1), ((10, 3), 0), ((10, 1), 0),
-                                         ((2, 3, 9), (1, 2)), ((9, 2, 3), (0, 1)), ((150,), None)])
+                                         ((2, 3, 9), (1, 2)), ((9, 2, 3), (0, 1)), ((150,), None),
+                                         ((8,), None), ((2, 8), 1), ((7,), None)])
 def test_scalar_sums_add_in_numpy_order(shape, axis):
     # pairwise along the innermost axes, one after another along the outer ones: with cancellation
-    # ([1, 1e16, -1e16, ...]) another order gives another number, not another last bit
+    # ([1, 1e16, -1e16, ...]) another order gives another number, not another last bit. 8 numbers are the
+    # first that numpy adds pairwise ((a + b) + (c + d)) + ...; 7 it adds in order
     x = sg.placeholder(shape, name="x")
     rng = np.random.default_rng(7)
     for _ in range(20):
