@@ -162,6 +162,9 @@ def test_softmax_cross_entropy_loss(rng):
 def test_accuracy_helper():
     assert nn.accuracy(np.array([[0.1, 2.0], [3.0, 1.0]]), np.array([1, 1])) == 0.5
     assert nn.accuracy(np.array([-1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.0])) == pytest.approx(2 / 3)
+    # the classes are the last axis, also when there are more examples than classes
+    logits = np.array([[0.1, 2.0, 0.3], [3.0, 1.0, 0.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
+    assert nn.accuracy(logits, np.array([1, 0, 2, 2])) == 0.75
 
 
 def test_accuracy_of_a_one_column_output_is_binary():

@@ -33,6 +33,9 @@ def test_batched_results_are_bit_identical():
     for a, b in zip(got, unbatched(outs, x)(X)):
         np.testing.assert_array_equal(a, b)
     assert fast.program.stats.get("batched_groups", 0) >= 3          # square, 1 - square and cos of every cycle
+    # a batched op's comment says what its members were: here terms of the gradient
+    batched = [line for line in fast.source.splitlines() if ", batched)" in line]
+    assert len(batched) >= 3 and all(" [backward] @ " in line for line in batched), batched
     calls = sum(1 for line in fast.source.splitlines() if "= " in line and "(" in line)
     assert calls < len(fast.ir.nodes) - 10
 
