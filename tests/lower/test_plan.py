@@ -611,6 +611,13 @@ def test_scalar_cross_entropy_of_one_class():
     assert _bits_equal(got, want), (got, want)
 
 
+def test_a_graph_of_one_small_op_runs_as_scalar_code():
+    x = sg.placeholder((3,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+    np.testing.assert_array_equal(fn(np.array([1.0, -0.5, 3.0])), [2.0, -1.0, 6.0])
+    assert fn.report().summary["program"] == "scalar"
+
+
 def test_scalar_code_has_one_comment_per_node_indented_as_its_code():
     x, W = sg.placeholder((2,), name="x"), sg.parameter(np.ones(2), name="W")
     fn = sg.compile(sg.sum(sg.tanh(x) * W), inputs=[x])
