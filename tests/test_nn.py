@@ -53,6 +53,8 @@ def test_unknown_initializer_and_activation_are_errors():
         nn.Linear(2, 3, init="nope")
     with pytest.raises(ValueError, match="unknown activation 'swishy'"):
         nn.MLP([2, 3], activation="swishy")
+    with pytest.raises(ValueError, match=r"MLP needs at least an input and an output size, got \[3\]"):
+        nn.MLP([3])
 
 
 # ------------------------------------------------------------------ layers
@@ -162,6 +164,7 @@ def test_softmax_cross_entropy_loss(rng):
 def test_accuracy_helper():
     assert nn.accuracy(np.array([[0.1, 2.0], [3.0, 1.0]]), np.array([1, 1])) == 0.5
     assert nn.accuracy(np.array([-1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.0])) == pytest.approx(2 / 3)
+    assert nn.accuracy(np.array([0.5, -0.5, 0.0]), np.array([1, 0, 0])) == 1.0     # above 0, not above 1
     # the classes are the last axis, also when there are more examples than classes
     logits = np.array([[0.1, 2.0, 0.3], [3.0, 1.0, 0.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
     assert nn.accuracy(logits, np.array([1, 0, 2, 2])) == 0.75

@@ -363,6 +363,13 @@ def test_matmul_of_a_scalar_and_indexing_with_a_tensor_are_refused_with_a_reason
         _ph(3)[_ph(3)]
 
 
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_extrema_over_an_empty_axis_are_refused_naming_the_op(op):
+    what = op.removeprefix("arg")
+    with pytest.raises(sg.ShapeError, match=rf"^{op}: zero-size axis of \(0, 3\) has no {what} \(at {THIS_FILE}:"):
+        getattr(sg, op)(_ph(0, 3), axis=0)
+
+
 def test_shape_errors_are_value_errors():
     with pytest.raises(ValueError):
         _ph(3) + _ph(4)
