@@ -40,6 +40,22 @@ def test_batched_results_are_bit_identical():
     assert calls < len(fast.ir.nodes) - 10
 
 
+def test_a_batched_plan_holds_the_bytes_of_every_stacked_buffer():
+    # each row a batched op or a running sum writes is a view of a stacked buffer the plan keeps for the
+    # whole call: its memory plan counts each buffer once, in the workspace and in the peak
+    from tests.lower.test_plan import plan_for
+
+    x, outs = chain(10, 12)
+    fn = sg.compile(outs, inputs=[x])
+    concrete, order, shapes, _ = plan_for(fn, [(10,)])
+    batched = batching.batch(concrete, order, dict(shapes))
+    bases = [v if v.base is None else v.base for v in batched.fixed_out.values()]
+    buffers = {id(b): b.nbytes for b in bases}
+    assert len(buffers) >= 4 and batched.nbytes == sum(buffers.values())
+    fn(np.zeros(10))
+    assert fn.program.memory.peak_planned >= fn.program.memory.workspace_bytes >= batched.nbytes
+
+
 def test_values_returned_never_live_in_the_shared_buffers():
     x, outs = chain(4, 6, extra_outputs=True)
     fn = sg.compile(outs, inputs=[x])
