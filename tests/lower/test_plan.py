@@ -629,6 +629,13 @@ def test_scalar_code_has_one_comment_per_node_indented_as_its_code():
     assert all(line.startswith("    ") for line in lines)
 
 
+def test_placeholders_of_one_name_are_distinct_arguments_of_the_scalar_code():
+    a, b = sg.placeholder((2,), name="x"), sg.placeholder((2,), name="x")
+    fn = sg.compile(a * 2.0 - b, inputs=[a, b])
+    np.testing.assert_array_equal(fn(np.array([1.0, 2.0]), np.array([0.5, 8.0])), [1.5, -4.0])
+    assert fn.report().summary["program"] == "scalar"
+
+
 def test_placeholders_named_like_python_builtins_keep_the_scalar_code():
     # the generated code calls abs and max: an argument of that name must not hide them
     a = sg.placeholder((2,), name="abs")
