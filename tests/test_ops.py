@@ -370,6 +370,11 @@ def test_extrema_over_an_empty_axis_are_refused_naming_the_op(op):
         getattr(sg, op)(_ph(0, 3), axis=0)
 
 
+def test_stacking_tensors_of_different_shapes_names_the_shapes():
+    with pytest.raises(sg.ShapeError, match=r"^stack: all inputs must have the same shape, got \(2,\), \(3,\)"):
+        sg.stack([_ph(2), _ph(3)])
+
+
 def test_shape_errors_are_value_errors():
     with pytest.raises(ValueError):
         _ph(3) + _ph(4)
