@@ -32,6 +32,21 @@ def test_gradients_keep_shape_and_dtype_of_what_they_differentiate(rng):
     assert gA.dtype == np.float32 and gx.dtype == np.float32
     out = sg.compile([gA, gx], inputs=[x])(rng.normal(size=(5, 3)).astype(np.float32))
     assert out[0].dtype == np.float32 and out[1].dtype == np.float32 and out[1].shape == (5, 3)
+    # the seed dy/dy = 1 has y's dtype too
+    y = sg.sum(x * x)
+    assert sg.grad(y, y).dtype == np.float32
+
+
+def test_a_gradient_that_does_not_depend_on_y_still_leads_to_it():
+    # y does not read w: its gradient is zeros, made of no adjoint; the explain tools still reach y, and
+    # its forward values, through the gradient's meta
+    from staticgrad.explain.trace import tensor_closure
+    from staticgrad.graph import Graph
+
+    u, w = sg.placeholder((2,), name="u", requires_grad=True), sg.placeholder((2,), name="w", requires_grad=True)
+    y = sg.sum(u * 2.0)
+    gu, gw = sg.grad(y, [u, w])
+    assert y.id in tensor_closure(Graph.from_tensors([gw], [], [u, w]))
 
 
 def test_several_wrt_at_once_match_one_at_a_time(rng, compile_both):

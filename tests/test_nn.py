@@ -28,6 +28,17 @@ def test_normal_initializers_have_their_spread(name, std):
     assert abs(w.mean()) < 0.1 * std(400, 300)
 
 
+@pytest.mark.parametrize("name", ["he_normal", "he_uniform", "glorot_normal", "glorot_uniform"])
+def test_initializers_of_a_four_axis_weight_count_its_receptive_field(name):
+    # a 3x3 kernel's 9 positions are all inputs of each output: He's fan_in is 64 * 9 (std 0.059), not 64
+    # (0.177); 64 whichever of the first two axes is read as the inputs. (A uniform's std is its bound/√3.)
+    shape = (64, 32, 3, 3) if name.startswith("glorot") else (64, 64, 3, 3)
+    std = np.sqrt(2 / ((64 + 32) * 9)) if name.startswith("glorot") else np.sqrt(2 / (64 * 9))
+    w = nn.INITIALIZERS[name](shape, seed=3)
+    assert w.shape == shape
+    assert w.std() == pytest.approx(std, rel=0.03)
+
+
 def test_initializers_are_reproducible_from_a_seed():
     a = nn.he_normal((4, 5), seed=7)
     b = nn.he_normal((4, 5), seed=7)
@@ -42,6 +53,8 @@ def test_unknown_initializer_and_activation_are_errors():
         nn.Linear(2, 3, init="nope")
     with pytest.raises(ValueError, match="unknown activation 'swishy'"):
         nn.MLP([2, 3], activation="swishy")
+    with pytest.raises(ValueError, match=r"MLP needs at least an input and an output size, got \[3\]"):
+        nn.MLP([3])
 
 
 # ------------------------------------------------------------------ layers
@@ -151,6 +164,10 @@ def test_softmax_cross_entropy_loss(rng):
 def test_accuracy_helper():
     assert nn.accuracy(np.array([[0.1, 2.0], [3.0, 1.0]]), np.array([1, 1])) == 0.5
     assert nn.accuracy(np.array([-1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.0])) == pytest.approx(2 / 3)
+    assert nn.accuracy(np.array([0.5, -0.5, 0.0]), np.array([1, 0, 0])) == 1.0     # above 0, not above 1
+    # the classes are the last axis, also when there are more examples than classes
+    logits = np.array([[0.1, 2.0, 0.3], [3.0, 1.0, 0.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
+    assert nn.accuracy(logits, np.array([1, 0, 2, 2])) == 0.75
 
 
 def test_accuracy_of_a_one_column_output_is_binary():

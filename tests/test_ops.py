@@ -354,6 +354,27 @@ def test_empty_concatenate_and_1d_matmul_messages_point_at_the_user():
         _ph(3) @ _ph(2)
 
 
+def test_matmul_of_a_scalar_and_indexing_with_a_tensor_are_refused_with_a_reason():
+    with pytest.raises(sg.ShapeError, match=r"operands must be at least 1-D, got \(\) and \(3, 2\)"):
+        sg.matmul(sg.constant(2.0), _ph(3, 2))
+    with pytest.raises(sg.ShapeError, match=r"operands must be at least 1-D, got \(3,\) and \(\)"):
+        sg.matmul(_ph(3), sg.constant(2.0))
+    with pytest.raises(TypeError, match="indexing with a tensor is not supported; use where or a one-hot product"):
+        _ph(3)[_ph(3)]
+
+
+@pytest.mark.parametrize("op", ["max", "min", "argmax", "argmin"])
+def test_extrema_over_an_empty_axis_are_refused_naming_the_op(op):
+    what = op.removeprefix("arg")
+    with pytest.raises(sg.ShapeError, match=rf"^{op}: zero-size axis of \(0, 3\) has no {what} \(at {THIS_FILE}:"):
+        getattr(sg, op)(_ph(0, 3), axis=0)
+
+
+def test_stacking_tensors_of_different_shapes_names_the_shapes():
+    with pytest.raises(sg.ShapeError, match=r"^stack: all inputs must have the same shape, got \(2,\), \(3,\)"):
+        sg.stack([_ph(2), _ph(3)])
+
+
 def test_shape_errors_are_value_errors():
     with pytest.raises(ValueError):
         _ph(3) + _ph(4)

@@ -50,6 +50,8 @@ def test_state_is_held_in_graph_parameters_and_covered_by_the_updates():
     assert {p.id for p in model.parameters()} <= updated
     assert {p.id for p in opt.m + opt.v + [opt.step_count]} <= updated
     assert all(p.op == "parameter" for p in opt.state())
+    # each buffer is named after its parameter (what a report or a saved step shows)
+    assert [s.name for s in opt.m + opt.v] == [f"{p.label()}.{kind}" for kind in "mv" for p in model.parameters()]
     assert opt.parameters() == model.parameters() + opt.state()
 
 
@@ -81,8 +83,14 @@ def test_bad_arguments_are_errors():
         optim.SGD([], lr=0.1)
     with pytest.raises(ValueError, match="nesterov"):
         optim.SGD([W], lr=0.1, nesterov=True)
-    with pytest.raises(ValueError, match="betas"):
+    with pytest.raises(ValueError, match="^Adam: betas"):
         optim.Adam([W], betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="^AdamW: eps and weight_decay must be >= 0"):
+        optim.AdamW([W], eps=-1e-8)
+    with pytest.raises(ValueError, match="^SGD: momentum and weight_decay must be >= 0"):
+        optim.SGD([W], lr=0.1, momentum=-0.5)
+    with pytest.raises(ValueError, match="^optimizer: a parameter appears twice"):
+        optim.SGD([W, W], lr=0.1)
     with pytest.raises(ValueError, match="scalar"):
         optim.SGD([W], lr=0.1).updates(W * 1.0)
 

@@ -121,3 +121,17 @@ def test_where_with_a_complex_else_value():
     for y in (0j, 1j, np.complex128(0)):
         fn = sg.compile(sg.where(sg.abs(x) > 1.0, x * 2.0, sg.constant(y)) * 3.0, inputs=[x])
         np.testing.assert_array_equal(fn(X), np.where(np.abs(X) > 1, X * 2, y) * 3)
+
+
+def test_an_output_is_copied_only_where_the_caller_would_share_it():
+    # a fresh result is the caller's own; a feed, or a value already returned, is copied
+    x = sg.placeholder((3,), name="x")
+    y = sg.exp(x)
+    fn = sg.compile([y, x, y], inputs=[x])
+    fn.backend = fn.backend.replace(scalar=False)
+    X = np.array([0.0, 1.0, 2.0])
+    a, b, c = fn(X)
+    assert not np.shares_memory(a, c) and not np.shares_memory(b, X)
+    (ret,) = [line.strip() for line in fn.source.splitlines() if line.strip().startswith("return")]
+    assert ret.count("np.array(") == 2, ret
+

@@ -292,6 +292,12 @@ def test_costs_count_matmul_flops_exactly():
     assert c["peak_bytes_unplanned"] == 5 * 3 * 8
 
 
+@pytest.mark.parametrize("reduce", [sg.sum, sg.mean, sg.max, sg.min, sg.argmax, sg.argmin])
+def test_costs_count_a_reduction_as_one_flop_per_element_read(reduce):
+    x = sg.placeholder((5, 4), name="x")
+    assert costs(sg.compile(reduce(x, axis=1), inputs=[x], passes=[]).ir)["flops"] == 5 * 4
+
+
 def test_costs_take_unknown_sizes_as_one():
     x = sg.placeholder((None, 4), name="x")
     W = sg.parameter(np.ones((4, 3)), name="W")
@@ -547,6 +553,15 @@ def test_scalar_power_takes_numpys_square_root_only_for_one_exponent(exponent):
         assert _bits_equal(got, want), (got, want)
 
 
+@pytest.mark.parametrize("base, exponent", [((), (1,)), ((1,), (1, 1)), ((1, 1), (1, 1)), ((1, 1), (1,))])
+def test_scalar_power_of_one_element_reads_the_exponent_as_numpys_loop_does(base, exponent):
+    # one element: numpy takes sqrt for 0.5 (sqrt(-0.0) is -0.0) where its loop steps the exponent by 0,
+    # pow (0.0) where it steps by the exponent's size, for operands of the output's shape or a 0-d base
+    x, y = sg.placeholder(base, name="x"), sg.placeholder(exponent, name="y")
+    want, got = forced_scalar_results(x ** y, [x, y], [np.full(base, -0.0), np.full(exponent, 0.5)])
+    assert _bits_equal(got, want), (got, want)
+
+
 TRANSCENDENTAL = {"exp": sg.exp, "log": lambda x: sg.log(sg.abs(x)), "log1p": lambda x: sg.log1p(sg.abs(x)),
                   "expm1": sg.expm1, "sin": sg.sin, "cos": sg.cos, "tanh": sg.tanh, "sigmoid": sg.sigmoid,
                   "softplus": sg.softplus, "pow 1.7": lambda x: sg.abs(x) ** 1.7}
@@ -596,6 +611,31 @@ def test_scalar_cross_entropy_of_one_class():
     assert _bits_equal(got, want), (got, want)
 
 
+def test_a_graph_of_one_small_op_runs_as_scalar_code():
+    x = sg.placeholder((3,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+    np.testing.assert_array_equal(fn(np.array([1.0, -0.5, 3.0])), [2.0, -1.0, 6.0])
+    assert fn.report().summary["program"] == "scalar"
+
+
+def test_scalar_code_has_one_comment_per_node_indented_as_its_code():
+    x, W = sg.placeholder((2,), name="x"), sg.parameter(np.ones(2), name="W")
+    fn = sg.compile(sg.sum(sg.tanh(x) * W), inputs=[x])
+    fn(np.ones(2))
+    assert fn.report().summary["program"] == "scalar"
+    lines = fn.source.splitlines()[1:]
+    comments = [line.split(" @ ")[0] for line in lines if line.lstrip().startswith("#")]
+    assert comments == ["    # placeholder x", "    # parameter W", "    # tanh", "    # mul", "    # sum"]
+    assert all(line.startswith("    ") for line in lines)
+
+
+def test_placeholders_of_one_name_are_distinct_arguments_of_the_scalar_code():
+    a, b = sg.placeholder((2,), name="x"), sg.placeholder((2,), name="x")
+    fn = sg.compile(a * 2.0 - b, inputs=[a, b])
+    np.testing.assert_array_equal(fn(np.array([1.0, 2.0]), np.array([0.5, 8.0])), [1.5, -4.0])
+    assert fn.report().summary["program"] == "scalar"
+
+
 def test_placeholders_named_like_python_builtins_keep_the_scalar_code():
     # the generated code calls abs and max: an argument of that name must not hide them
     a = sg.placeholder((2,), name="abs")
@@ -618,10 +658,12 @@ def test_scalar_row_sums_of_softmax_add_in_numpy_order(op):
 
 
 @pytest.mark.parametrize("shape, axis", [((12,), None), ((3, 10), 1), ((10, 3), 0), ((10, 1), 0),
-                                         ((2, 3, 9), (1, 2)), ((9, 2, 3), (0, 1)), ((150,), None)])
+                                         ((2, 3, 9), (1, 2)), ((9, 2, 3), (0, 1)), ((150,), None),
+                                         ((8,), None), ((2, 8), 1), ((7,), None)])
 def test_scalar_sums_add_in_numpy_order(shape, axis):
     # pairwise along the innermost axes, one after another along the outer ones: with cancellation
-    # ([1, 1e16, -1e16, ...]) another order gives another number, not another last bit
+    # ([1, 1e16, -1e16, ...]) another order gives another number, not another last bit. 8 numbers are the
+    # first that numpy adds pairwise ((a + b) + (c + d)) + ...; 7 it adds in order
     x = sg.placeholder(shape, name="x")
     rng = np.random.default_rng(7)
     for _ in range(20):

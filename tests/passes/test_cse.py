@@ -5,6 +5,9 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad.passes import cse
+
+from . import graph_of
 
 CSE = ["cse", "dce"]
 
@@ -159,6 +162,17 @@ def test_forward_and_backward_share_work(rng):
     assert ops_of(fn)["sigmoid"] == 1
     (role,) = [d["role"] for _, d in fn.graph.nodes(data=True) if d["op"] == "sigmoid"]
     assert role == "forward"
+
+
+def test_a_forward_node_merged_into_its_earlier_backward_twin_makes_it_forward(rng):
+    # softplus' gradient computes sigmoid(x) first; the sigmoid(x) asked for after it is the same node
+    x = sg.placeholder((4,), name="x", requires_grad=True)
+    y = sg.sum(sg.softplus(x))
+    (g,) = sg.grad(y, [x])
+    z = sg.sigmoid(x)
+    check([y, g, z], [x], feeds(rng, (4,)), passes=["cse"])
+    graph, _ = cse.run(graph_of([y, g, z], [x]))      # (compile re-assigns roles after the passes)
+    assert [n.role for n in graph.nodes.values() if n.op == "sigmoid"] == ["forward"]
 
 
 def test_backward_twins_of_forward_nodes_merge(rng):

@@ -35,6 +35,12 @@ def test_stop_gradient_is_bypassed_and_values_stay():
     np.testing.assert_allclose(after[1], W.value)       # d/dW of sg(W)*W*1 is sg(W)
 
 
+def test_prune_counts_each_marker_it_bypasses():
+    a, b = sg.placeholder((2,), name="a"), sg.placeholder((2,), name="b")
+    pruned, stats = prune.run(graph_of([sg.stop_gradient(a) + sg.stop_gradient(b)], [a, b]))
+    assert stats.changed == 2 and pruned.op_counts().get("stop_gradient", 0) == 0
+
+
 def test_unread_adjoint_of_a_branch_without_grad_is_dropped():
     x = sg.placeholder((3,), name="x")
     W = sg.parameter(np.ones(3), name="W")

@@ -210,6 +210,16 @@ def test_unsafe_identities_stay_so_nan_and_inf_propagate(build, op):
     assert not np.isfinite(out[1])   # inf*0, inf-inf, inf/inf: NaN, not a number
 
 
+@pytest.mark.parametrize("build, op", [
+    (lambda x: 0.0 - x, "sub"), (lambda x: sg.constant(np.zeros(3)) - x, "sub"), (lambda x: 1.0 / x, "div"),
+], ids=["0-x", "zeros-x", "1/x"])
+def test_a_neutral_constant_on_the_left_of_sub_or_div_is_not_dropped(build, op):
+    # x - 0 and x / 1 are x; 0 - x and 1 / x are not
+    x = sg.placeholder((3,), name="x")
+    fn = check_against_unoptimized(build(x), [x], [np.array([2.0, -0.5, 4.0])])
+    assert ops_of(fn)[op] == 1
+
+
 def test_adding_zeros_that_broadcast_is_not_dropped():
     x = sg.placeholder((1,), name="x")
     fn = check_against_unoptimized(x + sg.constant(np.zeros((3,))), [x], [np.array([5.0])])

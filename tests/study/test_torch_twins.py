@@ -3,6 +3,7 @@ kernel computes, on every spec of tests/op_specs.py."""
 import numpy as np
 import pytest
 
+import staticgrad as sg
 from staticgrad import eager
 from staticgrad.ops import REGISTRY
 from tests.op_specs import OP_SPECS
@@ -23,11 +24,11 @@ def _torch(value):
     return torch.from_numpy(np.array(value, copy=True))
 
 
-@pytest.mark.parametrize("spec", OP_SPECS, ids=lambda s: s.id)
-def test_each_recorded_op_replays_in_torch(spec):
-    inputs = [eager.tensor(a) for a in spec.draw()]
+def _replay(build, inputs, label):
+    """Each op ``build`` records, run again by its torch twin: the same values in the same dtype."""
+    inputs = [eager.tensor(a) for a in inputs]
     with eager.trace() as found, np.errstate(all="ignore"):
-        spec.build(*inputs)
+        build(*inputs)
     for t in found:
         twin = REGISTRY[t.op].torch
         if twin is None:
@@ -36,5 +37,19 @@ def test_each_recorded_op_replays_in_torch(spec):
             run = twin(torch, **t.attrs)
         except NotImplementedError:
             continue        # (a case the twin says it cannot take, such as softmax over several axes)
-        got = run(*[_torch(_value(x, t.op)) for x in t.inputs])
-        np.testing.assert_allclose(got.numpy(), t._value, rtol=1e-12, atol=1e-15, err_msg=f"{spec.id}: {t.op}")
+        got = run(*[_torch(_value(x, t.op)) for x in t.inputs]).numpy()
+        np.testing.assert_allclose(got, t._value, rtol=1e-12, atol=1e-15, err_msg=f"{label}: {t.op}")
+        assert got.dtype == np.asarray(t._value).dtype, f"{label}: {t.op} gives {got.dtype}"
+    return found
+
+
+@pytest.mark.parametrize("spec", OP_SPECS, ids=lambda s: s.id)
+def test_each_recorded_op_replays_in_torch(spec):
+    _replay(spec.build, spec.draw(), spec.id)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "logsumexp"])
+def test_a_reduction_over_no_axes_replays_as_the_input(reduce):
+    # torch reads dim=() as every axis; numpy, and so staticgrad, as none
+    found = _replay(lambda x: getattr(sg, reduce)(x, axis=()), [np.arange(6.0).reshape(2, 3)], reduce)
+    assert [t.op for t in found] == [reduce]
