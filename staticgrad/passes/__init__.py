@@ -116,6 +116,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
         graph, stats = result if isinstance(result, tuple) else (result, None)
         # (one of ours that changed nothing returns its input: a big graph's op map is not made again)
         unchanged = graph is before_graph and stats is not None and not stats.changed
+        del before_graph, result       # (not alive while the next pass builds a third graph)
         if not unchanged:
             done.clear()
         if fn in IDEMPOTENT:
