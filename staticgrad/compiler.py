@@ -119,7 +119,10 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
     rows = []
     if optimize:
         pipeline = passes_mod.DEFAULT if passes is None else passes
-        graph, rows = passes_mod.run_pipeline(graph, pipeline, lazy_costs=True)
+        # (a huge graph kept as no unoptimized copy is held only by the pipeline, which drops it when done)
+        box = [graph]
+        del graph
+        graph, rows = passes_mod.run_pipeline(box.pop(), pipeline, lazy_costs=True)
         graph.assign_roles()
     return link(graph, single, rows, unoptimized, backend=backend, positional=positional)
 

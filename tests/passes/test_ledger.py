@@ -224,3 +224,23 @@ def test_graphs_over_keep_up_to_nodes_keep_no_copies_for_the_report(rng, monkeyp
     X, T = rng.normal(size=(5, 4)), np.array([0, 1, 2, 1, 0])
     for a, b in zip(small(X, T), big(X, T)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_idempotent_pass_is_skipped_on_the_graph_it_left_and_run_again_once_it_changed(rng, monkeypatch):
+    x, t, loss, grads = mlp_step(rng)
+    from staticgrad.graph import Graph
+    graph = Graph.from_tensors([loss, *grads], inputs=[x, t])
+    calls = []
+
+    def counted(g):
+        calls.append(g)
+        return passes.cse.run(g)
+    monkeypatch.setattr(passes, "IDEMPOTENT", (counted, passes.dce.run))
+    new, rows = passes.run_pipeline(graph, [counted, "stabilize", counted, "simplify", counted])
+    # (the first CSE merged twins; stabilize left its graph alone, so the second was skipped; simplify
+    # then rewrote x*1 and x+0 and the third ran)
+    assert rows[0]["changed"] > 0 and rows[1]["changed"] == 0 and rows[3]["changed"] > 0
+    assert len(calls) == 2 and calls[1] is not calls[0]
+    assert rows[2]["changed"] == 0 and rows[2]["nodes_after"] == rows[2]["nodes_before"]
+    again, _ = passes.run_pipeline(new, ["cse", "simplify", "dce"])
+    assert again is new
