@@ -18,7 +18,8 @@ drawing the sampler many times: ``nonzero`` gives two intervals either side of t
 uniform(0.3, 3) one). A pool value whose elements are not all inside it (with a 5% margin) is first mapped
 affinely, ``x * s + c``, onto one interval, shrinking only (``s <= 1``), with constants computed from its
 eager value. So every op runs where its spec says it is accurate, magnitudes stay small, and a perturbation
-of 1e-6 (finite differences) stays inside the domain.
+of 1e-6 (finite differences) stays inside the domain. A step whose own first or second derivative is not
+finite at its inputs (hypot at exact zeros the pool made) is not taken: there is no derivative to check.
 """
 from __future__ import annotations
 
@@ -239,8 +240,25 @@ def _tensors(g, arg):
     return (g.static[arg], g.eager[arg]) if isinstance(arg, int) else (arg[0], arg[1])
 
 
+def _differentiable_here(fn, pairs):
+    """Whether the step's own first and second derivatives are finite at its inputs (numpy errors raise).
+
+    Domains keep inputs off the kinks and poles that a spec's sampler avoids, but not off those it meets
+    with probability 0 and the pool makes exactly: zeros (x - x, where, a scatter's untouched elements) into
+    both inputs of hypot, whose derivative at the origin does not exist (NaN here and in torch; central
+    differences then give a number)."""
+    leaves = [eager.tensor(e.value, requires_grad=True) if e.dtype.kind == "f" else e for _, e in pairs]
+    floats = [x for x in leaves if x.requires_grad]
+    if not floats:
+        return True
+    firsts = eager.grad(sg.sum(fn(*leaves)), floats, create_graph=True)
+    seconds = eager.grad(sum(sg.sum(d) for d in firsts), floats)
+    return all(np.all(np.isfinite(d.value)) for d in firsts + seconds)
+
+
 def _attempt(g, variant, args, k, rng):
-    """(fn, static result, eager result) if the variant builds on these arguments both ways, else None."""
+    """(fn, static result, eager result) if the variant builds on these arguments both ways and is
+    differentiable there, else None."""
     pairs = [_tensors(g, a) for a in args]
     maps = [_affine(e.value, dom, k, rng) if kind.kind == "f" else None
             for (_, e), kind, dom in zip(pairs, variant.kinds, variant.domains)]
@@ -250,6 +268,8 @@ def _attempt(g, variant, args, k, rng):
             warnings.simplefilter("error")
             static = fn(*[s for s, _ in pairs])
             value = fn(*[e for _, e in pairs])
+            if not _differentiable_here(fn, pairs):
+                return None
     except (sg.StaticgradError, TypeError, ValueError, IndexError, ArithmeticError, RuntimeWarning):
         return None
     if value.dtype != np.float64 or value.value.size > MAX_SIZE or not np.all(np.isfinite(value.value)):

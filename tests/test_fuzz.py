@@ -248,3 +248,16 @@ def test_values_outside_a_domain_are_mapped_onto_it_by_shrinking_only():
     # one element outside is moved, not shrunk, to a random place: not the centre (0 for a symmetric domain)
     landed = [5.0 + fuzz._affine(np.array([5.0]), ((-1.0, 1.0),), 0, rng)[1] for _ in range(20)]
     assert all(-0.9 <= v <= 0.9 for v in landed) and np.std(landed) > 0.3
+
+
+def test_a_step_is_not_taken_where_its_derivative_does_not_exist():
+    # Found by the long profile: zeros the pool made exactly (x - x, where, a scatter's untouched elements)
+    # fed both inputs of hypot, whose gradient at the origin is NaN (in torch too) while central differences
+    # give a number.
+    (same,) = [v for v in fuzz.variants()["hypot"] if v.spec.id == "hypot-same"]
+    value = np.array([[0.5, -0.7, 0.9], [0.2, -0.3, 0.4]])
+    for zero, taken in ((False, True), (True, False)):
+        g = fuzz.Fuzzed()
+        slot = fuzz._add_leaf(g, fuzz._leaf(value.shape, np.where(zero, value * [[1, 0, 1]], value)))
+        done = fuzz._attempt(g, same, [slot, slot], 0, np.random.default_rng(0))
+        assert (done is not None) == taken
