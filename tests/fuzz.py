@@ -39,6 +39,7 @@ MAX_SIZE = 48            # elements of any value: finite differences cost two ca
 MARGIN = 0.05            # of a domain interval's width, kept clear at each end
 ATTEMPTS = 8             # tries to feed a variant from the pool before fresh leaves
 DRAWS = 400              # sampler draws that reveal a spec's domain
+STEP, KINK = 1e-6, 1e-3  # a step's own derivatives vs central differences: far looser than the test's check
 
 # Differentiable ops the fuzzer does not drive, and why. Empty while every such op has a usable spec.
 NOT_FUZZED: dict[str, str] = {}
@@ -240,20 +241,37 @@ def _tensors(g, arg):
     return (g.static[arg], g.eager[arg]) if isinstance(arg, int) else (arg[0], arg[1])
 
 
+def _derivatives(fn, xs, shift, v):
+    """(sum of fn's result, its gradient, its Hessian along v) at the float inputs ``xs + shift * v``."""
+    leaves = [eager.tensor(x + shift * v[k], requires_grad=True) if k in v else x for k, x in enumerate(xs)]
+    floats = [leaves[k] for k in v]
+    total = sg.sum(fn(*leaves))
+    firsts = eager.grad(total, floats, create_graph=True)
+    seconds = eager.grad(sum(sg.sum(d * dv) for d, dv in zip(firsts, v.values())), floats)
+    return total.value, [d.value for d in firsts], [d.value for d in seconds]
+
+
 def _differentiable_here(fn, pairs):
-    """Whether the step's own first and second derivatives are finite at its inputs (numpy errors raise).
+    """Whether the step has first and second derivatives at its inputs: finite (numpy errors raise), and
+    matching central differences along a random direction, loosely (a kink is off by a large factor).
 
     Domains keep inputs off the kinks and poles that a spec's sampler avoids, but not off those it meets
-    with probability 0 and the pool makes exactly: zeros (x - x, where, a scatter's untouched elements) into
-    both inputs of hypot, whose derivative at the origin does not exist (NaN here and in torch; central
-    differences then give a number)."""
-    leaves = [eager.tensor(e.value, requires_grad=True) if e.dtype.kind == "f" else e for _, e in pairs]
-    floats = [x for x in leaves if x.requires_grad]
-    if not floats:
+    with probability 0 and the pool makes exactly: zeros (x - x, log_softmax over one element, a scatter's
+    untouched elements) into both inputs of hypot or arctan2, which have no derivative at the origin
+    (hypot's gradient is NaN there, in torch too; arctan2's is torch's 0, but its second is NaN in torch)."""
+    xs = [np.asarray(e.value) if e.dtype.kind == "f" else e for _, e in pairs]
+    rng = np.random.default_rng(0)        # not the recipe's: a step taken keeps the graph it had
+    v = {k: rng.uniform(-1.0, 1.0, x.shape) for k, x in enumerate(xs) if x.dtype.kind == "f"}
+    if not v:
         return True
-    firsts = eager.grad(sg.sum(fn(*leaves)), floats, create_graph=True)
-    seconds = eager.grad(sum(sg.sum(d) for d in firsts), floats)
-    return all(np.all(np.isfinite(d.value)) for d in firsts + seconds)
+    _, firsts, seconds = _derivatives(fn, xs, 0.0, v)
+    (up, g_up, _), (down, g_down, _) = _derivatives(fn, xs, STEP, v), _derivatives(fn, xs, -STEP, v)
+    slope = sum(float(np.sum(d * dv)) for d, dv in zip(firsts, v.values()))
+    checks = [(slope, (up - down) / (2 * STEP))] + [
+        (h, (a - b) / (2 * STEP)) for h, a, b in zip(seconds, g_up, g_down)]
+    return all(np.all(np.isfinite(d)) for d in firsts + seconds) and all(
+        np.allclose(got, want, rtol=KINK, atol=KINK * max(1.0, float(np.max(np.abs(want), initial=0.0))))
+        for got, want in checks)
 
 
 def _attempt(g, variant, args, k, rng):
