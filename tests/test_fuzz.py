@@ -142,7 +142,10 @@ def torch_results(g, directions):
     z = sum((d * torch.from_numpy(v)).sum() for d, v in zip(grads, directions))
     hvp = grads_of(z, False)
     def as_np(tensors):
-        return [t.detach().numpy(force=True) for t in tensors]     # force: torch's lazy ZeroTensor
+        # A ZeroTensor (torch's lazy zeros, which some gradients are) has no storage: numpy(force=True) of a
+        # strided view of one, such as z[:, 0], reads whatever memory lies there (garbage, or a segfault)
+        return [np.zeros(t.shape, np.float64) if t._is_zerotensor() else t.detach().numpy(force=True)
+                for t in tensors]
     return as_np([loss]), as_np(grads), as_np(hvp)
 
 
