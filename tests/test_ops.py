@@ -643,6 +643,15 @@ def test_gradients_of_broadcasts_onto_a_reference_sum_where_an_unknown_size_turn
                 np.testing.assert_array_equal(got, want, err_msg=f"{name}, optimize={optimize}")
 
 
+def test_gradient_of_a_reshape_of_an_empty_tensor_with_one_unknown_size_has_its_run_time_shape():
+    # Found by tests/test_fuzz.py's long profile: the gradient was reshaped back to x's (None, 0, 2) as
+    # (-1, 0, 2), which neither numpy nor the shape rule can infer from zero elements.
+    x = sg.placeholder((None, 0, 2), name="x", requires_grad=True)
+    (d,) = sg.grad(sg.sum(sg.reshape(x, (0, 4)) * 2.0), [x])
+    for optimize in (True, False):
+        assert sg.compile(d, inputs=[x], optimize=optimize)(np.ones((3, 0, 2))).shape == (3, 0, 2)
+
+
 def test_getitem_grad_rule_itself_refuses_a_g_that_cannot_fill_the_indexed_shape():
     # Found by tests/test_fuzz.py: only sg.getitem_grad checked, so apply took a (1, None) g for the (2,)
     # that x[:, 1] indexes (numpy's assignment drops leading 1s), and its gradient came out of rank 1.
