@@ -18,7 +18,8 @@ drawing the sampler many times: ``nonzero`` gives two intervals either side of t
 uniform(0.3, 3) one). A pool value whose elements are not all inside it (with a 5% margin) is first mapped
 affinely, ``x * s + c``, onto one interval, shrinking only (``s <= 1``), with constants computed from its
 eager value. So every op runs where its spec says it is accurate, magnitudes stay small, and a perturbation
-of 1e-6 (finite differences) stays inside the domain.
+of 1e-6 (finite differences) stays inside the domain. A step whose own first or second derivative is not
+finite at its inputs (hypot at exact zeros the pool made) is not taken: there is no derivative to check.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ MAX_SIZE = 48            # elements of any value: finite differences cost two ca
 MARGIN = 0.05            # of a domain interval's width, kept clear at each end
 ATTEMPTS = 8             # tries to feed a variant from the pool before fresh leaves
 DRAWS = 400              # sampler draws that reveal a spec's domain
+STEP, KINK = 1e-6, 1e-3  # a step's own derivatives vs central differences: far looser than the test's check
 
 # Differentiable ops the fuzzer does not drive, and why. Empty while every such op has a usable spec.
 NOT_FUZZED: dict[str, str] = {}
@@ -239,8 +241,42 @@ def _tensors(g, arg):
     return (g.static[arg], g.eager[arg]) if isinstance(arg, int) else (arg[0], arg[1])
 
 
+def _derivatives(fn, xs, shift, v):
+    """(sum of fn's result, its gradient, its Hessian along v) at the float inputs ``xs + shift * v``."""
+    leaves = [eager.tensor(x + shift * v[k], requires_grad=True) if k in v else x for k, x in enumerate(xs)]
+    floats = [leaves[k] for k in v]
+    total = sg.sum(fn(*leaves))
+    firsts = eager.grad(total, floats, create_graph=True)
+    seconds = eager.grad(sum(sg.sum(d * dv) for d, dv in zip(firsts, v.values())), floats)
+    return total.value, [d.value for d in firsts], [d.value for d in seconds]
+
+
+def _differentiable_here(fn, pairs):
+    """Whether the step has first and second derivatives at its inputs: finite (numpy errors raise), and
+    matching central differences along a random direction, loosely (a kink is off by a large factor).
+
+    Domains keep inputs off the kinks and poles that a spec's sampler avoids, but not off those it meets
+    with probability 0 and the pool makes exactly: zeros (x - x, log_softmax over one element, a scatter's
+    untouched elements) into both inputs of hypot or arctan2, which have no derivative at the origin
+    (hypot's gradient is NaN there, in torch too; arctan2's is torch's 0, but its second is NaN in torch)."""
+    xs = [np.asarray(e.value) if e.dtype.kind == "f" else e for _, e in pairs]
+    rng = np.random.default_rng(0)        # not the recipe's: a step taken keeps the graph it had
+    v = {k: rng.uniform(-1.0, 1.0, x.shape) for k, x in enumerate(xs) if x.dtype.kind == "f"}
+    if not v:
+        return True
+    _, firsts, seconds = _derivatives(fn, xs, 0.0, v)
+    (up, g_up, _), (down, g_down, _) = _derivatives(fn, xs, STEP, v), _derivatives(fn, xs, -STEP, v)
+    slope = sum(float(np.sum(d * dv)) for d, dv in zip(firsts, v.values()))
+    checks = [(slope, (up - down) / (2 * STEP))] + [
+        (h, (a - b) / (2 * STEP)) for h, a, b in zip(seconds, g_up, g_down)]
+    return all(np.all(np.isfinite(d)) for d in firsts + seconds) and all(
+        np.allclose(got, want, rtol=KINK, atol=KINK * max(1.0, float(np.max(np.abs(want), initial=0.0))))
+        for got, want in checks)
+
+
 def _attempt(g, variant, args, k, rng):
-    """(fn, static result, eager result) if the variant builds on these arguments both ways, else None."""
+    """(fn, static result, eager result) if the variant builds on these arguments both ways and is
+    differentiable there, else None."""
     pairs = [_tensors(g, a) for a in args]
     maps = [_affine(e.value, dom, k, rng) if kind.kind == "f" else None
             for (_, e), kind, dom in zip(pairs, variant.kinds, variant.domains)]
@@ -250,6 +286,8 @@ def _attempt(g, variant, args, k, rng):
             warnings.simplefilter("error")
             static = fn(*[s for s, _ in pairs])
             value = fn(*[e for _, e in pairs])
+            if not _differentiable_here(fn, pairs):
+                return None
     except (sg.StaticgradError, TypeError, ValueError, IndexError, ArithmeticError, RuntimeWarning):
         return None
     if value.dtype != np.float64 or value.value.size > MAX_SIZE or not np.all(np.isfinite(value.value)):

@@ -142,7 +142,10 @@ def torch_results(g, directions):
     z = sum((d * torch.from_numpy(v)).sum() for d, v in zip(grads, directions))
     hvp = grads_of(z, False)
     def as_np(tensors):
-        return [t.detach().numpy(force=True) for t in tensors]     # force: torch's lazy ZeroTensor
+        # A ZeroTensor (torch's lazy zeros, which some gradients are) has no storage: numpy(force=True) of a
+        # strided view of one, such as z[:, 0], reads whatever memory lies there (garbage, or a segfault)
+        return [np.zeros(t.shape, np.float64) if t._is_zerotensor() else t.detach().numpy(force=True)
+                for t in tensors]
     return as_np([loss]), as_np(grads), as_np(hvp)
 
 
@@ -248,3 +251,17 @@ def test_values_outside_a_domain_are_mapped_onto_it_by_shrinking_only():
     # one element outside is moved, not shrunk, to a random place: not the centre (0 for a symmetric domain)
     landed = [5.0 + fuzz._affine(np.array([5.0]), ((-1.0, 1.0),), 0, rng)[1] for _ in range(20)]
     assert all(-0.9 <= v <= 0.9 for v in landed) and np.std(landed) > 0.3
+
+
+def test_a_step_is_not_taken_where_its_derivative_does_not_exist():
+    # Found by the long profile: zeros the pool made exactly (x - x, log_softmax over one element, a
+    # scatter's untouched elements) fed both inputs of hypot (gradient NaN at the origin, in torch too) or
+    # arctan2 (torch's gradient 0 there, but its second derivative NaN in torch): no derivative to check.
+    value = np.array([[0.5, -0.7, 0.9], [0.2, -0.3, 0.4]])
+    for op in ("hypot", "arctan2"):
+        (same,) = [v for v in fuzz.variants()[op] if v.spec.id == f"{op}-same"]
+        for zero, taken in ((False, True), (True, False)):
+            g = fuzz.Fuzzed()
+            slot = fuzz._add_leaf(g, fuzz._leaf(value.shape, np.where(zero, value * [[1, 0, 1]], value)))
+            done = fuzz._attempt(g, same, [slot, slot], 0, np.random.default_rng(0))
+            assert (done is not None) == taken, (op, zero)

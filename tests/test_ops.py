@@ -642,6 +642,37 @@ def test_getitem_grad_gradient_of_a_broadcast_g_with_an_unknown_size_sums_what_w
             eager.grad(sg.sum(sg.getitem_grad(ge, eager.tensor(np.zeros((3, 4))), index) * w), [ge])[0].value, want)
 
 
+def test_gradients_of_broadcasts_onto_a_reference_sum_where_an_unknown_size_turns_out_stretched():
+    # Found by tests/test_fuzz.py's long profile: x (None, 3) fed (1, 3) broadcast onto a reference of
+    # unknown size (broadcast_like to ref fed (4, 3), getitem_grad into ref[1:]) kept a gradient of the
+    # reference's run-time shape, (4, 3) or (3, 3) -- (0, 3) for a ref fed (1, 3) -- not x's (1, 3).
+    from staticgrad.ops.registry import apply
+    x = sg.placeholder((None, 3), name="x", requires_grad=True)
+    ref = sg.placeholder((None, 3), name="ref")
+    built = {"broadcast_like": lambda v, r: apply("broadcast_like", (v, r)),
+             "getitem_grad": lambda v, r: sg.getitem_grad(v, r, (slice(1, None),))}
+    for name, fn in built.items():
+        (d,) = sg.grad(sg.sum(fn(x, ref)), [x])
+        for fed_x, fed_ref in ((np.ones((1, 3)), np.ones((4, 3))), (np.ones((1, 3)), np.ones((1, 3))),
+                               (np.ones((4, 3)), np.ones((4 + (name == "getitem_grad"), 3)))):
+            rows = len(fed_ref) - (name == "getitem_grad")       # of ref that x fills
+            ex = eager.tensor(fed_x, requires_grad=True)
+            want = eager.grad(sg.sum(fn(ex, eager.tensor(fed_ref))), [ex])[0].value
+            np.testing.assert_array_equal(want, np.full(fed_x.shape, rows / len(fed_x)))
+            for optimize in (True, False):
+                got = sg.compile(d, inputs=[x, ref], optimize=optimize)(fed_x, fed_ref)
+                np.testing.assert_array_equal(got, want, err_msg=f"{name}, optimize={optimize}")
+
+
+def test_gradient_of_a_reshape_of_an_empty_tensor_with_one_unknown_size_has_its_run_time_shape():
+    # Found by tests/test_fuzz.py's long profile: the gradient was reshaped back to x's (None, 0, 2) as
+    # (-1, 0, 2), which neither numpy nor the shape rule can infer from zero elements.
+    x = sg.placeholder((None, 0, 2), name="x", requires_grad=True)
+    (d,) = sg.grad(sg.sum(sg.reshape(x, (0, 4)) * 2.0), [x])
+    for optimize in (True, False):
+        assert sg.compile(d, inputs=[x], optimize=optimize)(np.ones((3, 0, 2))).shape == (3, 0, 2)
+
+
 def test_getitem_grad_rule_itself_refuses_a_g_that_cannot_fill_the_indexed_shape():
     # Found by tests/test_fuzz.py: only sg.getitem_grad checked, so apply took a (1, None) g for the (2,)
     # that x[:, 1] indexes (numpy's assignment drops leading 1s), and its gradient came out of rank 1.

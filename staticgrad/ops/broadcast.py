@@ -49,12 +49,14 @@ def _broadcast_like_specialize(node, shapes, nodes):
     return node.copy(op="broadcast_to", inputs=node.inputs[:1], attrs={"shape": tuple(shapes[node.id])})
 
 
-# The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back.
+# The gradient of a broadcast is the incoming gradient: autodiff's sum_to_shape reduces it back. x
+# broadcasts against ref (core_axes=0) so that it does so from the run-time shapes where both have a
+# None: x (None, 3) fed (1, 3) is stretched by a ref fed (4, 3).
 _BROADCAST_TO = defop("broadcast_to", np.broadcast_to, _broadcast_to_spec, lambda g, out, x, shape: (g,),
                       VIEW | BROADCAST | REARRANGES, torch=lambda T, shape: lambda x: x.expand(shape))
 _BROADCAST_LIKE = defop("broadcast_like", _broadcast_like_kernel, _broadcast_like_spec,
                         lambda g, out, x, ref: (g, None), VIEW | SHAPE_REF | BROADCAST | SHAPE_OF_REF,
-                        specialize=_broadcast_like_specialize, unsupported={"scalar": SPECIALIZED},
+                        specialize=_broadcast_like_specialize, unsupported={"scalar": SPECIALIZED}, core_axes=0,
                         torch=lambda T: lambda x, ref: x.expand(ref.shape))
 
 

@@ -165,7 +165,12 @@ def _getitem_grad_spec(inputs, index, shape):
 
 
 def _getitem_grad_vjp(g, out, gin, *ref, index, shape):
-    return (getitem(g, index),) + (None,) * len(ref)
+    picked = getitem(g, index)
+    # gin was broadcast to the indexed shape: where both have a None, only the run-time sizes tell whether
+    # it was stretched (gin (None, 3) fed (1, 3) fills ref[1:] of a ref fed (4, 3), or none of ref fed (1, 3))
+    if any(d is None and e is None for d, e in zip(gin.shape[::-1], picked.shape[::-1])):
+        picked = apply("sum_like", (picked, gin))
+    return (picked,) + (None,) * len(ref)
 
 
 def _getitem_grad_specialize(node, shapes, nodes):

@@ -83,8 +83,9 @@ def _reshape_vjp(g, out, x, shape):
 
 
 def reshape_back(g, x):
-    """``g`` reshaped to ``x``'s shape, from the static shape when it allows, else from x at run time."""
-    if x.shape.count(None) <= 1:
+    """``g`` reshaped to ``x``'s shape, from the static shape when it allows, else from x at run time (a
+    -1 for the one unknown size cannot be inferred when another size is 0: (None, 0) may be (3, 0))."""
+    if x.shape.count(None) == 0 or (x.shape.count(None) == 1 and 0 not in x.shape):
         return reshape(g, tuple(-1 if d is None else d for d in x.shape))
     return apply("reshape_like", (g, x))
 
