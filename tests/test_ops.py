@@ -698,3 +698,20 @@ def test_argmax_takes_one_axis_or_none():
         for keep in (False, True):
             got = sg.compile(sg.argmin(x, axis=axis, keepdims=keep), inputs=[x])(X)
             np.testing.assert_array_equal(got, np.argmin(X, axis=axis, keepdims=keep))
+
+
+def test_softmax_cross_entropy_grad_of_transposed_logits_subtracts_the_one_hot():
+    """Found by the fuzzer: of logits in Fortran order (a transposed view), the kernel subtracted the one-hot
+    through a flat copy and returned softmax / N."""
+    from staticgrad import eager
+    Z = np.array([[1.0, 0.2], [-0.5, 0.3]]).T
+    labels = np.array([0, 0])
+    p = np.exp(Z - Z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    want = (p - np.eye(2)[labels]) / 2
+    got = sg.softmax_cross_entropy_grad(eager.tensor(Z), eager.tensor(labels)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    z = sg.placeholder((2, 2), name="z")
+    y = sg.placeholder((2,), dtype=np.int64, name="y")
+    fn = sg.compile(sg.softmax_cross_entropy_grad(z.T, y), inputs=[z, y])
+    np.testing.assert_allclose(fn(np.ascontiguousarray(Z.T), labels), want, rtol=1e-14)

@@ -150,7 +150,9 @@ def _rows(logits, labels):
 def _sce_parts(logits, labels):
     """(z, m, e, s, at): rows, row maxima, e = exp(z - m), its row sums, and the flat index of each label."""
     z, t, m = _rows(logits, labels)
-    e = np.subtract(z, m)
+    # C order whatever the logits' layout: the gradient subtracts the one-hot through a flat view of e
+    # (of a transposed e, reshape(-1) would be a copy, and the subtraction lost)
+    e = np.subtract(z, m, order="C")
     np.exp(e, out=e)
     at = np.add(_row_starts(*z.shape), t, dtype=np.intp)
     return z, m, e, np.add.reduce(e, axis=1, keepdims=True), at
