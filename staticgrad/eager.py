@@ -319,8 +319,8 @@ def _run_op(opdef, inputs, attrs):
     if out.dtype != dtype:
         out = out.astype(dtype)    # keep the dtype the static rule promises (principle 6)
     if state.check_numerics and out.dtype.kind in "fc" and not np.isfinite(out).all():
-        what = " NaN" if np.isnan(out).any() else "n infinity"
-        raise NumericsError(_failure(opdef.name, inputs, f"made a{what} (output {format_shape(out.shape)})"))
+        what = "a NaN" if np.isnan(out).any() else "an infinity"
+        raise NumericsError(_failure(opdef.name, inputs, f"made {what} (output {format_shape(out.shape)})"))
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
     tape = inputs if requires_grad or state.trace is not None else ()
     t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, _source())

@@ -176,7 +176,7 @@ def _():
     sg.grad(sg.sum(_x((3,), requires_grad=True)), [[1.0]])
 
 
-@case("grad of something that is not a tensor", "TypeError", r"grad")
+@case("grad of something that is not a tensor", "TypeError", r"grad: y must be a tensor, got float")
 def _():
     sg.grad(1.0, [_x((3,), requires_grad=True)])
 
@@ -280,7 +280,8 @@ def _():
 
 
 # ------------------------------------------------------------------ mixing modes
-@case("an eager tensor mixed with a placeholder", "TypeError", r"eager")
+@case("an eager tensor mixed with a placeholder", "TypeError", r"add: cannot mix eager tensors with the symbolic "
+      r"placeholder 'x' \(at test_bad_inputs.py")
 def _():
     eager.tensor(np.ones(3)) + _x((3,))
 
@@ -290,7 +291,8 @@ def _():
     sg.compile(eager.tensor(np.ones(3)) * 2)
 
 
-@case("backward() of a tensor that does not require grad", "GradError", r"")
+@case("backward() of a tensor that does not require grad", "GradError", r"backward: sum result \(made at "
+      r"test_bad_inputs.py:\d+\) does not require grad")
 def _():
     sg.sum(eager.tensor(np.ones(3))).backward()
 
@@ -313,7 +315,8 @@ def _rewrite(path, member, change):
             z.writestr(n, data)
 
 
-@case("a file that is not a staticgrad file", "LoadError", r"")
+@case("a file that is not a staticgrad file", "LoadError", r"cannot load .*junk.npz.: the file is corrupt, truncated "
+      r"or not a staticgrad file")
 def _(tmp_path):
     path = tmp_path / "junk.npz"
     path.write_bytes(b"not a zip file")
