@@ -306,8 +306,9 @@ def _run_op(opdef, inputs, attrs):
             v = _static_value(x, opdef.name)
         values.append(v)
     dtype = _infer(opdef, inputs, attrs)[1]
+    checking = state.check_numerics
     try:
-        if state.check_numerics:
+        if checking:
             with np.errstate(all="ignore"):     # (the check below names the op; numpy's warning would not)
                 out = opdef.kernel(*values, **attrs)
         else:
@@ -318,7 +319,7 @@ def _run_op(opdef, inputs, attrs):
         out = np.asarray(out)      # reductions give numpy scalars
     if out.dtype != dtype:
         out = out.astype(dtype)    # keep the dtype the static rule promises (principle 6)
-    if state.check_numerics and out.dtype.kind in "fc" and not np.isfinite(out).all():
+    if checking and out.dtype.kind in "fc" and not np.isfinite(out).all():
         what = "a NaN" if np.isnan(out).any() else "an infinity"
         raise NumericsError(_failure(opdef.name, inputs, f"made {what} (output {format_shape(out.shape)})"))
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)

@@ -192,8 +192,8 @@ def as_tensor(value, like=None) -> Tensor:
 
 def coerce(*values):
     """Tensors for ``values``; Python scalars adopt the dtype of the first tensor argument."""
-    if all(type(v) is Tensor for v in values):
-        return values           # (the common case: every op of a sweep)
+    if all(isinstance(v, Tensor) for v in values):
+        return values           # (the common case: every op of a sweep, eager tensors included)
     like = next((v.dtype for v in values if isinstance(v, Tensor) or hasattr(v, "_eager")), None)
     return tuple(as_tensor(v, like) for v in values)
 
