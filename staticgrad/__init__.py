@@ -30,10 +30,10 @@ import importlib
 from . import data, eager, explain, loops, nn, ops, optim, passes
 from .autodiff import grad
 from .compiler import compile
-from .loops import scan
 from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
+from .loops import scan
 from .report import Report
 from .tensor import (
     FeedError,

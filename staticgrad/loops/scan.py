@@ -13,7 +13,7 @@ from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
 from ..ops.registry import apply, as_tensor
 from ..ops.shape import zeros_like
-from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
+from ..tensor import GradError, ShapeError, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, outputs_as_tensors, trace
 from .ops import register
 from .pytree import flatten, unflatten
@@ -140,7 +140,8 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     need_x, need_cap = list(needs[C:C + X]), list(needs[C + X:])
     carries = _carries_needing(body, needs, C, X)
     rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g)
-    extended = Body(body.params, body.outputs + rev.saved, body.n_args, body.name, hoisted=body.hoisted)
+    extended = Body(body.params, body.outputs + rev.saved, body.n_args, body.name, hoisted=body.hoisted,
+                    base=body.base)
     attrs = dict(out.attrs, body=extended)
     fwd = loop_outputs(apply("scan", inputs, attrs, source=out.source), extended, length, out.source)
     Y = len(body.outputs) - C
