@@ -182,15 +182,49 @@ def test_a_tampered_loop_node_is_refused_at_load(tmp_path, edit, message):
         sgio.load(_tamper(_rnn_file(tmp_path), edit))
 
 
-def test_every_edit_of_every_node_inside_a_body_is_refused_at_load_or_runs(tmp_path, rng):
-    path = _rnn_file(tmp_path)
-    feeds = rng.standard_normal((2, 3)), rng.standard_normal((4, 2, 3))
-    nodes = _body(json.loads(_members(path)["graph.json"]))["nodes"]
-    refused = ran = 0
+def _nested_file(tmp_path):
+    """A scan whose body runs a scan (forward only), saved: loop nodes inside a body."""
+    xs = sg.placeholder((3, 2, 3), name="xs")
+    w = sg.parameter(0.5 * np.eye(3), name="w")
+
+    def outer(h, row):
+        c, cs = sg.scan(lambda c, x: (sg.tanh(c @ w + x), c.sum()), h, row)
+        return c + h, cs
+    h, sums = sg.scan(outer, sg.constant(np.ones(3)), xs)
+    return sgio.save(sg.compile([h, sums], inputs=[xs]), tmp_path / "nested.npz")
+
+
+def _inside_bodies(nodes, path=()):
+    """The paths (node index, body attribute, ..., node index) of every node inside a body."""
     for k, node in enumerate(nodes):
-        for edit in _edits(node):
-            def tampered(doc, k=k, edit=edit):
-                edit(_body(doc)["nodes"][k])
+        for attr, body in node.get("bodies", {}).items():
+            for j in range(len(body["nodes"])):
+                yield path + (k, attr, j)
+            yield from _inside_bodies(body["nodes"], path + (k, attr))
+
+
+def _at(doc, path):
+    nodes = doc["function"]["nodes"]
+    for k, attr in zip(path[::2], path[1::2]):
+        nodes = nodes[k]["bodies"][attr]["nodes"]
+    return nodes[path[-1]]
+
+
+@pytest.mark.parametrize("make, feeds, ops", [
+    (_rnn_file, [(2, 3), (4, 2, 3)], None),
+    (_nested_file, [(3, 2, 3)], {"scan"}),
+], ids=["rnn body", "scan in a body"])
+def test_every_edit_of_a_node_inside_a_body_is_refused_at_load_or_runs(tmp_path, rng, make, feeds, ops):
+    path = make(tmp_path)
+    feeds = [rng.standard_normal(shape) for shape in feeds]
+    doc = json.loads(_members(path)["graph.json"])
+    refused = ran = 0
+    for where in _inside_bodies(doc["function"]["nodes"]):
+        if ops is not None and _at(doc, where)["op"] not in ops:
+            continue
+        for edit in _edits(_at(doc, where)):
+            def tampered(doc, where=where, edit=edit):
+                edit(_at(doc, where))
             try:
                 fn = sgio.load(_tamper(shutil.copy(path, tmp_path / "copy.npz"), tampered))
             except LoadError:
