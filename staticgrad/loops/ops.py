@@ -22,9 +22,9 @@ def scan_infer(inputs, body, n_carry, n_xs, length, reverse, checkpoint):
     _check_scan_attrs(len(inputs), body, n_carry, n_xs, length, reverse, checkpoint)
     C, X = n_carry, n_xs
     ins, outs = body.specs()
-    if len(ins) != len(inputs) or body.n_args != C + X:
-        raise TypeError(f"its body takes {len(ins)} values ({body.n_args} of them arguments), the node gives it "
-                        f"{len(inputs)} ({C} carries and {X} xs, then captures)")
+    if len(ins) != len(inputs):
+        raise TypeError(f"its body takes {len(ins)} values, the node gives it {len(inputs)} ({C} carries and "
+                        f"{X} xs, then captures)")
     for k, (x, (shape, dtype)) in enumerate(zip(inputs, ins)):
         if C <= k < C + X and not x.shape:
             raise ShapeError(f"xs {k - C} is 0-d: it has no axis to loop over")
@@ -103,7 +103,7 @@ class ScanLowering:
         return list(outs[:C]) + [(T,) + tuple(s) for s in outs[C:]]
 
     def values(self, node):
-        """The static shapes and dtypes of its values (what its ``loop_output`` nodes must say)."""
+        """The static shapes and dtypes of its values (what its ``loop_output`` nodes state, or less)."""
         C, length = node.attrs["n_carry"], node.attrs["length"]
         _, outs = node.attrs["body"].specs()
         return [(tuple(s) if k < C else (length, *s), d) for k, (s, d) in enumerate(outs)]
@@ -159,7 +159,10 @@ def _output_infer(inputs, index, shape, dtype):
     if type(index) is not int or not 0 <= index < len(values):
         raise IndexError(f"index {index!r:.20} of a loop node of {len(values)} values")
     shape, dtype = tuple(shape), np.dtype(dtype)
-    if (shape, dtype) != values[index]:
+    known, value_dtype = values[index]
+    # (a size the node leaves unknown is found when the plan runs; one it states must be the loop's)
+    if len(shape) != len(known) or any(a is not None and a != b for a, b in zip(shape, known)) or \
+            dtype != value_dtype:
         raise ShapeError(f"value {index} of the loop is {format_shape(values[index][0])} {values[index][1]}, "
                          f"the node says {format_shape(shape)} {dtype}")
     return shape, dtype
