@@ -187,7 +187,8 @@ class Reader:
         expect(isinstance(outputs, list) and all(type(i) is int and i in nodes for i in outputs),
                "a body's outputs must be ids of its nodes")
         expect(all(nodes[i].dtype != MULTI for i in outputs), "a body's output is a loop node, not a value")
-        expect(type(n_args) is int and 0 <= n_args <= len(inputs), f"a body's n_args {n_args!r:.20} is bad")
+        # (n_args is what the body was traced with: a pass that drops inputs may leave it as it was)
+        expect(type(n_args) is int and n_args >= 0, f"a body's n_args {n_args!r:.20} is bad")
         expect(type(hoisted) is int and hoisted >= 0, f"a body's hoisted count {hoisted!r:.20} is bad")
         name = _check_text(doc.get("name"), "a body's name", optional=False)
         return Body((), (), n_args, name, Graph(nodes, outputs, (), inputs), hoisted)

@@ -101,12 +101,12 @@ def _depth(nodes):
 
 # ------------------------------------------------------------------ tampered bodies
 def _rnn_file(tmp_path):
-    """A plain RNN (final state of one scan), saved: its scan body reads h, x and w."""
+    """A plain RNN (its final state and the squares of its states), saved: its scan body reads h, x and w."""
     h0 = sg.placeholder((2, 3), name="h0")
     xs = sg.placeholder((4, 2, 3), name="xs")
     w = sg.parameter(0.5 * np.eye(3), name="w")
-    h, _ = sg.scan(lambda h, x: (sg.tanh(h @ w + x), h * h), h0, xs)
-    return sgio.save(sg.compile(h, inputs=[h0, xs]), tmp_path / "rnn.npz")
+    h, hh = sg.scan(lambda h, x: (sg.tanh(h @ w + x), h * h), h0, xs)
+    return sgio.save(sg.compile([h, hh], inputs=[h0, xs]), tmp_path / "rnn.npz")
 
 
 def _body(doc):
@@ -128,7 +128,7 @@ def _extra_body_input(doc):
 
 @pytest.mark.parametrize("edit, message", [
     (_extra_body_input, r"its body takes 4 values, the node gives it 3"),
-    (lambda doc: _body(doc).__setitem__("n_args", 4), r"a body's n_args 4 is bad"),
+    (lambda doc: _body(doc).__setitem__("n_args", -1), r"a body's n_args -1 is bad"),
     (lambda doc: _body(doc)["inputs"].pop(), r"a body's inputs must be its placeholders"),
     (lambda doc: _body(doc)["inputs"].reverse(), r"input 0 gives the body \(2, 3\) float64 where it takes \(3, 3\)"),
     (lambda doc: _body(doc)["outputs"].clear(), r"its body makes 0 values, fewer than its 1 carries"),
@@ -159,9 +159,13 @@ def _as_attribute(doc):
     node["attrs"]["body"] = node.pop("bodies")["body"]
 
 
+def _final_state(doc):
+    return next(n for n in doc["function"]["nodes"] if n["op"] == "loop_output" and n["attrs"]["index"] == 0)
+
+
 def _read_scan_directly(doc):
     nodes = doc["function"]["nodes"]
-    nodes.append(dict(nodes[-1], id=777, op="tanh", attrs={}))
+    nodes.append(dict(_final_state(doc), id=777, op="tanh", attrs={}))
     doc["function"]["outputs"] = [777]
 
 
@@ -172,9 +176,12 @@ def _read_scan_directly(doc):
     (lambda doc: _scan_node(doc)["bodies"].__setitem__("body", [1, 2]), r"a body must be an object"),
     (lambda doc: doc["function"].__setitem__("outputs", [_scan_node(doc)["id"]]), r"bad outputs"),
     (_read_scan_directly, r"\(tanh\): reads a loop node itself, not one of its values"),
-    (lambda doc: doc["function"]["nodes"][-1]["attrs"].__setitem__("index", 1),
+    (lambda doc: _final_state(doc)["attrs"].__setitem__("index", 1),
      r"\(loop_output\): .*value 1 of the loop is \(4, 2, 3\) float64, the node says \(2, 3\) float64"),
-    (lambda doc: doc["function"]["nodes"][-1].__setitem__("inputs", [doc["function"]["nodes"][0]["id"]]),
+    (lambda doc: _final_state(doc)["attrs"].__setitem__("index", 2), r"index 2 of a loop node of 2 values"),
+    (lambda doc: _final_state(doc)["attrs"].__setitem__("dtype", {"t": "dtype", "v": "float32"}),
+     r"value 0 of the loop is \(2, 3\) float64, the node says \(2, 3\) float32"),
+    (lambda doc: _final_state(doc).__setitem__("inputs", [doc["function"]["nodes"][0]["id"]]),
      r"\(loop_output\): .*reads the values of a loop node, not of a placeholder node"),
 ])
 def test_a_tampered_loop_node_is_refused_at_load(tmp_path, edit, message):
@@ -208,6 +215,19 @@ def _at(doc, path):
     for k, attr in zip(path[::2], path[1::2]):
         nodes = nodes[k]["bodies"][attr]["nodes"]
     return nodes[path[-1]]
+
+
+def test_a_loop_output_stating_no_shape_or_dtype_takes_its_loop_value(tmp_path, rng):
+    # (as a pass makes them)
+    def bare(doc):
+        for node in doc["function"]["nodes"]:
+            if node["op"] == "loop_output":
+                del node["attrs"]["shape"], node["attrs"]["dtype"]
+    fn = sgio.load(_rnn_file(tmp_path))
+    loaded = sgio.load(_tamper(_rnn_file(tmp_path), bare))
+    feeds = rng.standard_normal((2, 3)), rng.standard_normal((4, 2, 3))
+    for a, b in zip(fn(*feeds), loaded(*feeds)):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("make, feeds, ops", [

@@ -148,7 +148,9 @@ def _pick(values, index, **_):
     return values[index]
 
 
-def _output_infer(inputs, index, shape, dtype):
+def _output_infer(inputs, index, shape=None, dtype=None):
+    """The loop's value ``index``: its static shape and dtype, or ``shape`` and ``dtype`` where the node
+    states them (a pass may make one that states neither)."""
     if len(inputs) != 1:
         raise TypeError(f"reads one loop node, got {len(inputs)} inputs")
     loop = inputs[0]
@@ -158,8 +160,9 @@ def _output_infer(inputs, index, shape, dtype):
     values = lowering.values(loop)
     if type(index) is not int or not 0 <= index < len(values):
         raise IndexError(f"index {index!r:.20} of a loop node of {len(values)} values")
-    shape, dtype = tuple(shape), np.dtype(dtype)
     known, value_dtype = values[index]
+    shape = known if shape is None else tuple(shape)
+    dtype = value_dtype if dtype is None else np.dtype(dtype)
     # (a size the node leaves unknown is found when the plan runs; one it states must be the loop's)
     if len(shape) != len(known) or any(a is not None and a != b for a, b in zip(shape, known)) or \
             dtype != value_dtype:
