@@ -16,6 +16,7 @@ checks this against every import in the package, and that no imports go round in
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
     data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
+    graphdoc                                 a graph and its loops' bodies <-> JSON, checked as it loads
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit

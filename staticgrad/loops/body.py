@@ -41,6 +41,15 @@ class Body:
     def traced(self) -> bool:
         return bool(self.params) or bool(self.outputs)
 
+    def specs(self):
+        """([(shape, dtype)] of its inputs, [(shape, dtype)] of its outputs), from its tensors while it
+        has them (a node's shape rule asks, and needs no graph built for it)."""
+        if self.traced:
+            return [(p.shape, p.dtype) for p in self.params], [(o.shape, o.dtype) for o in self.outputs]
+        nodes = self.graph.nodes
+        return ([(nodes[i].shape, nodes[i].dtype) for i in self.graph.inputs],
+                [(nodes[i].shape, nodes[i].dtype) for i in self.graph.outputs])
+
     def __repr__(self):
         return f"<Body {self.name}: {self.n_params} inputs, {len(self.graph.outputs)} outputs>"
 

@@ -74,8 +74,10 @@ class OpDef:
     - ``bodies``: the attributes that hold subgraphs (a loop's or branch's ``loops.Body``): passes look
       inside them, pictures draw them. Such an op makes several values at once (dtype object), read
       through ``loop_output`` nodes, and its ``lowering`` says how a plan runs it: the sizes its bodies
-      are fed (``feeds``), the sizes of its values (``out_shapes``) and the kernel that runs the body
-      programs (``runner``).
+      are fed (``feeds``), the sizes of its values (``out_shapes``; ``values``: their static shapes and
+      dtypes, which its ``loop_output`` nodes state) and the kernel that runs the body programs
+      (``runner``). Its ``infer`` checks its bodies against its inputs and attributes: that is how a
+      loaded file's loop is checked before it can run.
     - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
     - ``batch(attrs, shapes, stacked)``: the op over a stack of its inputs, as a loop pass hoisting it out
       of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading
