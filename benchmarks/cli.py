@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
-from .rnn_report import memory_lines, rnn_goal_lines
+from .rnn_report import hand_numpy, memory_lines, rnn_goal_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Set in CI or tests to pin a slow portable kernel; a benchmark must measure the machine's real one.
@@ -282,9 +282,13 @@ def run_peer(peer, workload, settings, python=None) -> dict:
            "--budget", str(settings.budget_s), "--threads", str(settings.threads), "--clock", settings.clock]
     started = time.time()
     env = bench_env(settings.threads)
-    # The numba backend keeps its compiled interpreter on disk; a fresh folder makes every run pay the
+    # The numba backend keeps its compiled interpreter on disk, and so do pytensor (its numba cache in
+    # base_compiledir) and torch.compile (inductor's caches); fresh folders make every run pay the
     # compile, so one-time costs do not depend on what ran before.
     cache = env["STATICGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="staticgrad-bench-cache-")
+    env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"),
+                                                   f"base_compiledir={os.path.join(cache, 'pytensor')}"]))
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     # Its own session, so that on timeout the peer and any compiler workers it spawned go together.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=env, start_new_session=True)
@@ -400,18 +404,18 @@ def format_table(doc) -> str:
     cols = [max(len(n), 9) for n in impls]
     clock = {"cpu": "process CPU time", "wall": "wall-clock time"}.get(doc["settings"].get("clock"), "?")
     lines = ["Median time per call as a ratio to hand-written numpy in the same process (lower is better),",
-             f"by {clock}; hand numpy column: its median in the main process.",
+             f"by {clock}; hand numpy column: its median in the main process (a peer's if staticgrad failed).",
              f"{'workload':<{width}} {'hand numpy':>11} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in doc["workloads"]:
         label = f"{entry['name']}: {entry['title']}"[:width]
-        base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
+        base = hand_numpy(entry, "numpy").get("median_s")
         cells = [f"{_cell(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)]
         lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(cells))
     lines += ["", "Median time per call (the hand numpy column is the main process's, the others their own):",
               f"{'workload':<{width}} {'hand numpy':>11} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in doc["workloads"]:
         label = f"{entry['name']}: {entry['title']}"[:width]
-        base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
+        base = hand_numpy(entry, "numpy").get("median_s")
         lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(
             f"{_median(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)))
     lines += ["", "One-time costs (build + grad + compile + first call, summed):",
