@@ -12,6 +12,7 @@ checks this against every import in the package, and that no imports go round in
     rewrite stable                           the rule engine; numerically stable forms
     autodiff                                 the one reverse sweep: sg.grad
     eager                                    define-by-run over the same registry and sweep
+    loops                                    scan, cond, while_loop: control flow traced into bodies
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
     data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
@@ -26,9 +27,10 @@ from __future__ import annotations
 
 import importlib
 
-from . import data, eager, explain, nn, ops, optim, passes
+from . import data, eager, explain, loops, nn, ops, optim, passes
 from .autodiff import grad
 from .compiler import compile
+from .loops import scan
 from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
@@ -57,7 +59,8 @@ __all__ = [
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
-    "ops", "passes", "eager", "nn", "optim", "data", "explain", "study",
+    "scan",
+    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study",
 ] + sorted(_OPS)
 
 _ON_DEMAND = ("study",)       # the study imports the timing and comparison code: only when asked for

@@ -35,6 +35,8 @@ class Mode:
         raise NotImplementedError
 
     def vjp(self, opdef, g, node, needs):
+        if opdef.takes_needs:
+            return opdef.vjp(g, node, *node.inputs, needs=needs, **node.attrs)
         return opdef.vjp(g, node, *node.inputs, **node.attrs)
 
     def reached(self, node, g, parts):
@@ -63,9 +65,9 @@ def reverse_sweep(order, seeds, mode: Mode):
         if not node.inputs:
             continue
         opdef = REGISTRY[node.op]
-        if opdef.vjp is None or node.dtype.kind not in "fc":
+        if opdef.vjp is None or node.dtype.kind not in "fcO":
             continue        # (an integer or boolean value carries no gradient: abs(x > 0) is a step)
-        needs = [mode.needs(x) and x.dtype.kind in "fc" for x in node.inputs]
+        needs = [mode.needs(x) and x.dtype.kind in "fcO" for x in node.inputs]
         if any(needs):
             _check_real(node, needs, mode.name)
             _send(node, opdef, g, needs, mode, pending, sends)
@@ -88,6 +90,9 @@ def _send(node, opdef, g, needs, mode, pending, sends):
         for x, gx, need in zip(node.inputs, grads, needs):
             if gx is None or not need:
                 continue
+            if isinstance(gx, Cotangents):
+                _gather(x, gx, mode, pending)
+                continue
             core = min(opdef.core_axes, x.ndim) if siblings else 0
             contribution = sum_to_shape(as_tensor(gx, like=x.dtype), x, siblings, core)
             if sends is not None:
@@ -100,6 +105,44 @@ def _send(node, opdef, g, needs, mode, pending, sends):
                 parts.append(contribution)
             with building(adjoint_of=mode.provenance(x)[0], rule="sum at fork"):
                 pending[x.id] = (total + contribution, parts)
+
+
+class Cotangents:
+    """The gradient arriving at a node of several values (a loop's): {output index: tensor}, summed per
+    index as its readers send their parts (a loop's outputs are read by ``loop_output`` nodes)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = dict(parts)
+
+    def __add__(self, other):
+        parts = dict(self.parts)
+        for k, g in other.parts.items():
+            parts[k] = parts[k] + g if k in parts else g
+        return Cotangents(parts)
+
+    def get(self, k):
+        return self.parts.get(k)
+
+    @property
+    def id(self):
+        return None
+
+    def __repr__(self):
+        return f"Cotangents({sorted(self.parts)})"
+
+
+def _gather(x, gx, mode, pending):
+    """Add the parts ``gx`` to what a node of several values has received."""
+    if x.id not in pending:
+        pending[x.id] = (gx, [gx] if mode.keeps_parts else None)
+        return
+    total, parts = pending[x.id]
+    if parts is not None:
+        parts.append(gx)
+    with building(adjoint_of=mode.provenance(x)[0], rule="sum at fork"):
+        pending[x.id] = (total + gx, parts)
 
 
 def sum_to_shape(g: Tensor, x: Tensor, siblings=(), core=0) -> Tensor:
@@ -267,6 +310,8 @@ class _Symbolic(Mode):
 
     def reached(self, node, g, parts):
         self.adjoint[node.id] = g
+        if isinstance(g, Cotangents):       # (a loop's: its parts are the gradients of its outputs)
+            parts = [t for p in parts for t in p.parts.values()]
         step = SweepStep(node.id, node.op, tuple([p.id for p in parts]), g.id)
         self.steps.append(step)     # what a reader of the backward pass wants to see
         return step.sends
@@ -282,16 +327,33 @@ class _Symbolic(Mode):
 
 def _symbolic_sweep(y, wrt, seed):
     """({wrt id: gradient}, the sweep's steps), over the stable twin of y's graph where it has one."""
+    return _sweep_from([y], [seed], wrt)
+
+
+def _sweep_from(ys, seeds, wrt):
     origin = {}
-    twin = stable_twin(sorted(ancestors([y]).values(), key=lambda t: t.id), wrt, origin)
-    ty, twrt = twin.get(y.id, y), [twin.get(w.id, w) for w in wrt]
-    cone = _cone(ty, twrt)
+    twin = stable_twin(sorted(ancestors(ys).values(), key=lambda t: t.id), wrt, origin)
+    tys, twrt = [twin.get(y.id, y) for y in ys], [twin.get(w.id, w) for w in wrt]
+    cone = set().union(*[_cone(ty, twrt) for ty in tys])
+    roots = [(ty, s) for ty, s in zip(tys, seeds) if ty.id in cone]
     # (the consumers of a tensor of the cone are in the cone: the order of the cone alone is the order of
-    # y's whole graph with the other tensors left out)
-    order = reverse_order([ty], lambda x: x.id in cone) if ty.id in cone else []
+    # the whole graph with the other tensors left out)
+    order = reverse_order([ty for ty, _ in roots], lambda x: x.id in cone)
     mode = _Symbolic(cone, origin)
-    reverse_sweep(order, [(ty, seed)] if ty.id in cone else [], mode)
+    seeded = {}
+    for ty, s in roots:      # (two outputs may be one tensor: its seeds add)
+        seeded[ty.id] = (ty, seeded[ty.id][1] + s) if ty.id in seeded else (ty, s)
+    reverse_sweep(order, list(seeded.values()), mode)
     return {w.id: mode.adjoint[t.id] for w, t in zip(wrt, twrt) if t.id in mode.adjoint}, mode.steps
+
+
+def vjp(ys, seeds, wrt) -> list:
+    """The vector-Jacobian product of several outputs at once: for each tensor of ``wrt``, the sum over
+    ``ys`` of the gradient of ``y`` seeded with its ``seeds`` entry (a tensor of y's shape), or None where
+    no y depends on it. Loops build their reverse bodies with it."""
+    with gc_paused():
+        adjoint, _ = _sweep_from(list(ys), list(seeds), list(wrt))
+    return [adjoint.get(w.id) for w in wrt]
 
 
 def _cone(y, wrt) -> set:

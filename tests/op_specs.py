@@ -487,4 +487,38 @@ spec("softmax_cross_entropy_grad", lambda z, t: apply("softmax_cross_entropy_gra
 spec("softmax_cross_entropy_grad", lambda z, t: apply("softmax_cross_entropy_grad", (z, t)),
      inputs(normal(2, 2, 3), ints(0, 3, 2, 2)), _sce_grad_ref, tag="3d")
 
+
+
+# ------------------------------------------------------------------ loops (more in tests/loops/)
+def _rnn(h0, xs, w, reverse=False):
+    """A tanh RNN over xs (T, B, 3) from h0 (B, 3): (final state, the stacked squares of every state)."""
+    def step(h, x):
+        h = sg.tanh(h @ w + x)
+        return h, h * h
+    return sg.scan(step, h0, xs, reverse=reverse)
+
+
+def _rnn_ref(h0, xs, w, reverse=False):
+    h, ys = h0, [None] * len(xs)
+    for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+        h = np.tanh(h @ w + xs[t])
+        ys[t] = h * h
+    return h, np.stack(ys)
+
+
+def _rnn_torch(T, h0, xs, w):
+    h, ys = h0, []
+    for x in xs:
+        h = T.tanh(h @ w + x)
+        ys.append(h * h)
+    return T.stack(ys).sum(0) + h
+
+
+RNN_INPUTS = inputs(normal(2, 3), normal(4, 2, 3), lambda rng: 0.5 * rng.standard_normal((3, 3)))
+spec("scan", lambda h0, xs, w: _rnn(h0, xs, w)[1].sum(axis=0) + _rnn(h0, xs, w)[0], RNN_INPUTS,
+     lambda h0, xs, w: _rnn_ref(h0, xs, w)[1].sum(axis=0) + _rnn_ref(h0, xs, w)[0], torch=_rnn_torch)
+spec("scan", lambda h0, xs, w: _rnn(h0, xs, w, reverse=True)[1], RNN_INPUTS,
+     lambda h0, xs, w: _rnn_ref(h0, xs, w, reverse=True)[1], tag="reverse")
+spec("loop_output", lambda h0, xs, w: _rnn(h0, xs, w)[0], RNN_INPUTS, lambda h0, xs, w: _rnn_ref(h0, xs, w)[0])
+
 OP_SPECS: list[OpSpec] = SPECS

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.registry import REGISTRY
 from . import batching, codegen, scalarize
 from .codegen import Program
 from .interpret import failed_node, generate
+from .loops import body_sources, lower_loops
 from .memory import plan_memory
 from .numerics import Reporter, quiet
 from .shapes import at_sizes, concrete_shapes
@@ -75,10 +77,25 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     if shapes is None:
         program = generate(graph, order, params, graph.inputs)
         program.seconds = 0.0
+        _show_bodies(program, graph, [(i, {a: build_program(graph.nodes[i].attrs[a].graph, None, backend)
+                                            for a in REGISTRY[graph.nodes[i].op].bodies})
+                                       for i in order if getattr(REGISTRY.get(graph.nodes[i].op), "bodies", ())])
         return program
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
+    lowered = lower_loops(concrete, order, sizes, lambda body, feed: build_program(body, feed, backend))
+    program = _lowered(concrete, order, params, sizes, backend, feeds, kind)
+    _show_bodies(program, concrete, lowered)
+    return program
+
+
+def _show_bodies(program, graph, lowered):
+    if lowered:
+        program.source += "\n\n" + body_sources(lowered, graph)
+
+
+def _lowered(concrete, order, params, sizes, backend, feeds, kind):
     if backend.check_numerics:
         memory = plan_memory(concrete, order, sizes, enable=backend.memory_planning)
         # (source, whatever the size: a check per node is one more line per node, not for a huge graph)
@@ -93,7 +110,7 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     if backend.name == "numba" and program.kind == "numpy":
         # (a plan that runs as scalar code never needs the interpreter, nor its compile)
         from .numba_backend import fused_program
-        fused, seconds = fused_program(concrete, order, params, graph.inputs, sizes)
+        fused, seconds = fused_program(concrete, order, params, concrete.inputs, sizes)
         if fused is not None:               # else no region gains from a kernel: the numpy plan runs
             fused.shapes, program = sizes, fused
         program.seconds = seconds

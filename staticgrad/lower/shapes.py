@@ -26,13 +26,30 @@ class _Spec:
         self.shape, self.dtype, self.ndim = tuple(shape), dtype, len(shape)
 
 
-def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
+class Sizes(dict):
+    """{node id: shape} at the sizes of one call; ``multi`` holds, for each node of several values (a
+    loop's), the shapes of those values, and ``bodies`` the sizes inside its bodies."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.multi, self.bodies = {}, {}
+
+
+def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> Sizes:
     """Every node's shape for these placeholder shapes (the static rules run again on exact sizes)."""
     nodes = graph.nodes
-    shapes = {i: s.shape for i, s in _fed_specs(graph, feed_shapes, feed_dtypes).items()}
+    shapes = Sizes({i: s.shape for i, s in _fed_specs(graph, feed_shapes, feed_dtypes).items()})
     for i in order:
         node = nodes[i]
         if i in shapes:
+            continue
+        opdef = REGISTRY.get(node.op)
+        if opdef is not None and opdef.lowering is not None:
+            shapes[i] = ()
+            shapes.multi[i], shapes.bodies[i] = _loop_shapes(node, opdef, shapes)
+            continue
+        if node.inputs and nodes[node.inputs[0]].id in shapes.multi:
+            shapes[i] = tuple(shapes.multi[node.inputs[0]][node.attrs["index"]])
             continue
         if node.op in LEAVES or (None not in node.shape and all(None not in nodes[j].shape for j in node.inputs)):
             shapes[i] = tuple(node.shape)     # static shapes without unknowns are exact
@@ -49,6 +66,18 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> dict:
                              f"shapes {sizes}") from None
         shapes[i] = tuple(shape)
     return shapes
+
+
+def _loop_shapes(node, opdef, shapes):
+    """(the shapes of a loop node's values, {body attribute: the sizes fed to that body}) at these sizes."""
+    in_shapes = [shapes[j] for j in node.inputs]
+    feeds = opdef.lowering.feeds(node, in_shapes)
+    outs = {}
+    for attr in opdef.bodies:
+        body = node.attrs[attr].graph
+        inner = concrete_shapes(body, list(body.nodes), feeds[attr])
+        outs[attr] = [inner[o] for o in body.outputs]
+    return opdef.lowering.out_shapes(node, in_shapes, outs), feeds
 
 
 def _fed_specs(graph, feed_shapes, feed_dtypes):

@@ -71,11 +71,17 @@ class OpDef:
     - ``torch(torch, **attrs)``: the same op in PyTorch, a function of the inputs (the study's third column).
     - ``unsupported``: {backend: why} for the backends of ``BACKENDS`` that run it as its numpy kernel.
     - ``function``: the public function that builds it (``sg.<name>``), exported unless ``public`` is False.
+    - ``bodies``: the attributes that hold subgraphs (a loop's or branch's ``loops.Body``): passes look
+      inside them, pictures draw them. Such an op makes several values at once (dtype object), read
+      through ``loop_output`` nodes, and its ``lowering`` says how a plan runs it: the sizes its bodies
+      are fed (``feeds``), the sizes of its values (``out_shapes``) and the kernel that runs the body
+      programs (``runner``).
+    - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
     """
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
-                 "unsupported", "function", "public")
+                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -88,6 +94,7 @@ class OpDef:
         self.core_axes = None
         self.unsupported = {}
         self.public = True
+        self.bodies, self.lowering, self.takes_needs = (), None, False
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)

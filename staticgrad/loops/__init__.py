@@ -1,0 +1,11 @@
+"""Control flow in the graph: loops and branches traced once into bodies, with their gradients.
+
+``scan`` (a loop over steps), and on top of it ``cond``, ``while_loop`` and ``fori_loop``. Each traces the
+user's functions once into :class:`body.Body` subgraphs held by one graph node; on eager tensors each
+simply runs as Python control flow, so one model function runs in both modes.
+"""
+from .body import Body
+from .pytree import flatten, unflatten
+from .scan import scan
+
+__all__ = ["Body", "flatten", "scan", "unflatten"]

@@ -1,0 +1,303 @@
+"""``scan``: a loop over steps held in the graph, traced once, differentiated as a reverse scan.
+
+``scan(fn, init, xs)`` traces ``fn(carry, x) -> (carry, y)`` once into a :class:`Body`; the graph holds one
+``scan`` node and a ``loop_output`` per final carry and per stacked ``y``. Its VJP is another scan, run
+the other way over the steps: each step runs the body's VJP (built by the same reverse sweep as
+``sg.grad``), fed the step's slices, the carry the forward loop started that step with, and the values of
+the forward step the VJP reads (its residuals), which the forward loop stacks as extra outputs. The
+gradients of the values every step reads (weights) are carried as running sums.
+"""
+from __future__ import annotations
+
+from ..autodiff import Cotangents, vjp
+from ..eager import is_eager
+from ..ops.registry import apply, as_tensor
+from ..ops.shape import zeros_like
+from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
+from .body import Body, arg_placeholder, clone, outputs_as_tensors, trace
+from .ops import register
+from .pytree import flatten, unflatten
+
+
+def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
+    """Loop ``fn(carry, x) -> (carry, y)`` over the leading axis of ``xs`` (or ``length`` times with
+    ``x = None``), as ``jax.lax.scan``: returns ``(final carry, ys)``, the ``y`` of every step stacked on
+    a new first axis (in step order even when ``reverse=True`` runs the steps last to first).
+
+    ``init``, ``xs`` and the carries and ``y``s are pytrees (tuples, lists, dicts) of tensors; ``y`` may be
+    None. ``xs`` may have an unknown length, taken from the feed when the function runs. ``fn`` is traced
+    once; on eager tensors the loop simply runs. ``checkpoint=k`` keeps every k-th carry for the
+    backward pass and recomputes the steps between (less memory, one more forward step per step).
+    """
+    source = user_frame()
+    init_leaves, init_tree = flatten(init)
+    xs_leaves, xs_tree = flatten(xs)
+    if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
+        raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
+    if any(is_eager(v) for v in init_leaves + xs_leaves):
+        return _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source)
+    init_t = [as_tensor(v) for v in init_leaves]
+    xs_t = [as_tensor(v) for v in xs_leaves]
+    length = _static_length(xs_t, length, source)
+    carry_ph = [arg_placeholder(t.shape, t.dtype, _name(t, f"carry{k}")) for k, t in enumerate(init_t)]
+    x_ph = [arg_placeholder(t.shape[1:], t.dtype, _name(t, f"x{k}", "_t")) for k, t in enumerate(xs_t)]
+    y_tree = []
+
+    def call():
+        carry = unflatten(init_tree, carry_ph)
+        x = unflatten(xs_tree, x_ph) if xs is not None else None
+        result = fn(carry, x)
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise TypeError(f"scan: fn must return (carry, y), got {type(result).__name__} (at {source})")
+        new_carry = _check_carry(result[0], init_tree, init_t, source)
+        y_leaves, tree = flatten(result[1])
+        y_tree.append(tree)
+        return new_carry + outputs_as_tensors(y_leaves, what="scan: y leaf")
+
+    body, captured = trace(call, carry_ph + x_ph, name="scan body")
+    attrs = {"body": body, "n_carry": len(init_t), "n_xs": len(xs_t), "length": length,
+             "reverse": bool(reverse), "checkpoint": checkpoint}
+    outs = loop_outputs(apply("scan", init_t + xs_t + captured, attrs, source=source), body, length, source)
+    return unflatten(init_tree, outs[:len(init_t)]), unflatten(y_tree[0], outs[len(init_t):])
+
+
+def _name(t, default, suffix=""):
+    return (t.name + suffix) if t.name else default
+
+
+def _static_length(xs_t, length, source):
+    sizes = {x.shape[0] for x in xs_t if x.ndim == 0 or x.shape[0] is not None} if xs_t else set()
+    for x in xs_t:
+        if x.ndim == 0:
+            raise ShapeError(f"scan: xs leaves need a leading axis to loop over; got a 0-d {x.label()} "
+                             f"(at {source})")
+    if length is not None:
+        if not isinstance(length, int) or length < 0:
+            raise ValueError(f"scan: length must be a non-negative int, got {length!r} (at {source})")
+        sizes.add(length)
+    if len(sizes) > 1:
+        raise ShapeError(f"scan: xs and length disagree on the number of steps: {sorted(sizes)} (at {source})")
+    if not xs_t and length is None:
+        raise ValueError(f"scan: give xs or length (at {source})")
+    return sizes.pop() if sizes else None
+
+
+def _check_carry(new, init_tree, init_t, source):
+    leaves, tree = flatten(new)
+    if tree != init_tree:
+        raise TypeError(f"scan: fn must return a carry of the same structure as init: {init_tree!r}, got "
+                        f"{tree!r} (at {source})")
+    out = outputs_as_tensors(leaves, like=init_t, what="scan: carry leaf")
+    for k, (a, b) in enumerate(zip(init_t, out)):
+        same = len(a.shape) == len(b.shape) and all(p is None or q is None or p == q
+                                                     for p, q in zip(a.shape, b.shape))
+        if not same or a.dtype != b.dtype:
+            raise ShapeError(f"scan: fn turns carry leaf {k} of shape {format_shape(a.shape)} and dtype "
+                             f"{a.dtype} into one of shape {format_shape(b.shape)} and dtype {b.dtype}; a "
+                             f"carry keeps its shape and dtype (at {source})")
+    return out
+
+
+def loop_outputs(node, body, length, source):
+    """One ``loop_output`` per value of a scan node: final carries, then the stacked ``y``s."""
+    C = node.attrs["n_carry"]
+    outs = []
+    for k, o in enumerate(body.outputs):
+        shape = o.shape if k < C else (length,) + o.shape
+        outs.append(apply("loop_output", (node,), {"index": k, "shape": shape, "dtype": o.dtype}, source=source))
+    return outs
+
+
+def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source):
+    """The same loop run in Python on eager tensors (define-by-run: each step is taped as it runs)."""
+    from .. import ops
+    steps = length if not xs_leaves else len(xs_leaves[0])
+    if length is not None and xs_leaves and length != steps:
+        raise ShapeError(f"scan: xs has {steps} steps, length says {length} (at {source})")
+    carry, ys = unflatten(init_tree, init_leaves), [None] * steps
+    y_tree = None
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        x = unflatten(xs_tree, [v[t] for v in xs_leaves]) if xs_leaves else None
+        carry, y = fn(carry, x)
+        ys[t], y_tree = flatten(y)
+    if y_tree is None or not ys or y_tree.size == 0:
+        return carry, (None if y_tree is None else unflatten(y_tree, []))
+    stacked = [ops.stack([ys[t][k] for t in range(steps)]) for k in range(y_tree.size)]
+    return carry, unflatten(y_tree, stacked)
+
+
+# ------------------------------------------------------------------ the VJP: a reverse scan
+def _output_vjp(g, out, loop, index, **_):
+    return (Cotangents({index: g}),)
+
+
+def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, checkpoint):
+    if not body.traced:
+        raise GradError(f"grad: the scan built at {out.source} was rewritten by a pass; differentiate "
+                        "before compiling")
+    C, X = n_carry, n_xs
+    init, xs, caps = inputs[:C], inputs[C:C + X], inputs[C + X:]
+    need_x, need_cap = list(needs[C:C + X]), list(needs[C + X:])
+    carries = _carries_needing(body, needs, C, X)
+    rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g)
+    extended = Body(body.params, body.outputs + rev.saved, body.n_args, body.name, hoisted=body.hoisted)
+    attrs = dict(out.attrs, body=extended)
+    fwd = loop_outputs(apply("scan", inputs, attrs, source=out.source), extended, length, out.source)
+    Y = len(body.outputs) - C
+    stacked = fwd[C + Y:]
+    r_init = [g.get(c) if g.get(c) is not None else zeros_like(init[c]) for c in carries]
+    r_init += [zeros_like(caps[j]) for j in range(len(caps)) if need_cap[j]]
+    r_xs = [x for x, used in zip(xs, rev.reads_x) if used] + stacked + [g.get(C + k) for k in rev.dys]
+    r_attrs = {"body": rev.body, "n_carry": len(r_init), "n_xs": len(r_xs), "length": length,
+               "reverse": not reverse, "checkpoint": None}
+    r_node = apply("scan", r_init + r_xs + rev.captured(caps), r_attrs, source=out.source)
+    r_out = loop_outputs(r_node, rev.body, length, out.source)
+    grads = [None] * len(inputs)
+    for k, c in enumerate(carries):
+        grads[c] = r_out[k] if needs[c] else None
+    accs = iter(r_out[len(carries):len(r_init)])
+    for j in range(len(caps)):
+        if need_cap[j]:
+            grads[C + X + j] = next(accs)
+    dxs = iter(r_out[len(r_init):])
+    for i in range(X):
+        if need_x[i]:
+            grads[C + i] = next(dxs)
+    return grads
+
+
+def _carries_needing(body, needs, C, X):
+    """The carries a gradient flows through: those whose start needs one, and those a value needing one
+    reaches (the least fixed point over the body's dependences)."""
+    params = body.params
+    deps = _dependences(body)
+    live = {params[C + i].id for i in range(X) if needs[C + i]}
+    live |= {params[C + X + j].id for j in range(len(params) - C - X) if needs[C + X + j]}
+    chosen = {c for c in range(C) if needs[c] and params[c].dtype.kind == "f"}
+    while True:
+        reach = live | {params[c].id for c in chosen}
+        more = {c for c in range(C) if c not in chosen and params[c].dtype.kind == "f" and deps[c] & reach}
+        if not more:
+            return sorted(chosen)
+        chosen |= more
+
+
+def _dependences(body):
+    """For each body output, the ids of the params it depends on."""
+    param_ids = {p.id for p in body.params}
+    out = []
+    for o in body.outputs:
+        seen, stack, found = set(), [o], set()
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.id in param_ids:
+                found.add(t.id)
+            else:
+                stack.extend(t.inputs)
+        out.append(found)
+    return out
+
+
+def body_order(outputs, params):
+    """The tensors between ``params`` and ``outputs``, inputs first."""
+    param_ids = {p.id for p in params}
+    found, stack = {}, list(outputs)
+    while stack:
+        t = stack.pop()
+        if t.id in found or t.id in param_ids:
+            continue
+        found[t.id] = t
+        stack.extend(t.inputs)
+    return [found[i] for i in sorted(found)]
+
+
+class _ReverseBody:
+    """The body of the reverse scan: one step of the forward body's VJP.
+
+    Its carries: the gradient of each carry that needs one, then a running sum per captured value that
+    needs one. Its slices: the forward slices it reads, the forward values it reads (``saved``: stacked by
+    the forward loop, carries at the start of a step among them), the gradients of the forward ``y``s.
+    Its per-step outputs: the gradients of the slices.
+    """
+
+    def __init__(self, body, C, X, carries, need_x, need_cap, g):
+        params = body.params
+        p_carry, p_x, p_cap = params[:C], params[C:C + X], params[C + X:]
+        Y = len(body.outputs) - C
+        self.dys = [k for k in range(Y) if g.get(C + k) is not None]
+        d_carry = [arg_placeholder(p_carry[c].shape, p_carry[c].dtype, f"d_{p_carry[c].name}") for c in carries]
+        d_acc = [arg_placeholder(p.shape, p.dtype, f"dsum_{p.name}") for p, n in zip(p_cap, need_cap) if n]
+        x2 = [arg_placeholder(p.shape, p.dtype, p.name) for p in p_x]
+        c2 = [arg_placeholder(p.shape, p.dtype, p.name) for p in p_carry]
+        cap2 = [arg_placeholder(p.shape, p.dtype, p.name) for p in p_cap]
+        dy = [arg_placeholder(body.outputs[C + k].shape, body.outputs[C + k].dtype, f"d_y{k}") for k in self.dys]
+        mapping = {p.id: q for p, q in zip(params, c2 + x2 + cap2)}
+        order = body_order(body.outputs, params)
+        fwd_start = next(_ids)
+        fwd = clone_map(order, mapping)
+        sweep_start = next(_ids)
+        ys = [fwd.get(body.outputs[c].id, body.outputs[c]) for c in carries]
+        ys += [fwd.get(body.outputs[C + k].id, body.outputs[C + k]) for k in self.dys]
+        ys = [mapping.get(y.id, y) for y in ys]
+        wrt = [c2[c] for c in carries] + [x for x, n in zip(x2, need_x) if n] + [c for c, n in zip(cap2, need_cap) if n]
+        grads = vjp(ys, d_carry + dy, wrt)
+        grads = [gr if gr is not None else zeros_like(w) for gr, w in zip(grads, wrt)]
+        nc = len(carries)
+        n_x = sum(need_x)
+        acc_grads = grads[nc + n_x:]
+        outputs = grads[:nc] + [a + gr for a, gr in zip(d_acc, acc_grads)] + grads[nc:nc + n_x]
+        outputs = [as_tensor(o) for o in outputs]
+        old = {t.id: t for t in order}
+        back = {v.id: old[k] for k, v in fwd.items() if k in old}
+        saved_fwd, outputs = _residuals(outputs, fwd_start, sweep_start, back, c2, p_carry)
+        self.saved = [s for s, _ in saved_fwd]
+        residual_ph = [ph for _, ph in saved_fwd]
+        live = {t.id for t in body_order(outputs, []) }
+        self.reads_x = [x.id in live for x in x2]
+        self.reads_cap = [c.id in live for c in cap2]
+        slices = [x for x, r in zip(x2, self.reads_x) if r] + residual_ph + dy
+        cap_params = [c for c, r in zip(cap2, self.reads_cap) if r]
+        self.body = Body(d_carry + d_acc + slices + cap_params, outputs, len(d_carry + d_acc + slices),
+                         name="reverse scan body")
+
+    def captured(self, caps):
+        return [c for c, r in zip(caps, self.reads_cap) if r]
+
+
+def clone_map(order, mapping):
+    """{old id: new tensor} for the tensors of ``order`` rebuilt over ``mapping`` (those unchanged omitted)."""
+    new = dict(mapping)
+    clone(order, new, [])
+    return new
+
+
+def _residuals(outputs, fwd_start, sweep_start, back, c2, p_carry):
+    """The forward values the VJP graph reads, each replaced by a placeholder fed its stacked value:
+    ([(forward body tensor to stack, placeholder)], outputs over the placeholders)."""
+    grad_part = [t for t in body_order(outputs, []) if t.id >= sweep_start]
+    reads = {}
+    for t in grad_part + outputs:
+        for x in (t.inputs if t.id >= sweep_start else (t,)):
+            if fwd_start <= x.id < sweep_start and x.inputs:
+                reads.setdefault(x.id, x)
+    carry_of = {c.id: k for k, c in enumerate(c2)}
+    for t in grad_part + outputs:
+        for x in (t.inputs if t.id >= sweep_start else (t,)):
+            if x.id in carry_of:
+                reads.setdefault(x.id, x)
+    pairs, mapping = [], {}
+    for i in sorted(reads):
+        x = reads[i]
+        original = p_carry[carry_of[i]] if i in carry_of else back[i]
+        ph = arg_placeholder(x.shape, x.dtype, x.name or f"saved_{x.op}")
+        pairs.append((original, ph))
+        mapping[i] = ph
+    new = dict(mapping)
+    outputs = clone(grad_part, new, outputs)
+    return pairs, [new.get(o.id, o) for o in outputs]
+
+
+register(scan, _scan_vjp, _output_vjp)
