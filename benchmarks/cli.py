@@ -31,6 +31,7 @@ SCRUBBED_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CHILD_MARK = "STATICGRAD_BENCH_CHILD"
 WORKLOAD_NAMES = ("A", "B", "C", "D", "E")
+RNN_NAMES = ("R1", "R2")              # issue 19: loops (sg.scan) and peak memory
 PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]", "tensorflow")
 # Other names people write for the same peers (issue 4 says "pytensor.function", "torch eager").
 PEER_ALIASES = {"jax": "jax.jit", "pytensor.function": "pytensor", "torch.eager": "torch", "torch-eager": "torch",
@@ -48,7 +49,7 @@ GOALS = {"A": 0.80, "B": 0.95, "C": 0.80, "D": 0.50}   # issue 4: ratio to hand-
 
 @dataclass
 class Settings:
-    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES))
+    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES + RNN_NAMES))
     compile_ops: list = field(default_factory=lambda: [1000, 100000])
     peers: list = field(default_factory=lambda: list(PEER_NAMES))
     rounds: int = 25
@@ -225,11 +226,11 @@ def run(settings: Settings | None = None, log=print) -> dict:
                  "ops": workload.ops, "size": workload.size, "results": {}}
         log(f"[{workload.name}] {workload.title}: staticgrad")
         entry["results"]["staticgrad"] = _measure_here(bm, workload, settings)
-        for k in workload.params.get("checkpoints", ()):
-            name = bm.impl_staticgrad.impl_name(checkpoint=k)
+        for options in workload.params.get("variants", ()):
+            name = bm.impl_staticgrad.impl_name(**options)
             log(f"[{workload.name}] {name}")
-            entry["results"][name] = _measure_here(bm, workload, settings, bm.impl_staticgrad.prepare_checkpointed(k),
-                                                   name)
+            entry["results"][name] = _measure_here(bm, workload, settings,
+                                                   bm.impl_staticgrad.prepare_variant(**options), name)
         for peer in settings.peers:
             skip = bm.peers.skip_reason(peer, workload.kind)
             if skip:

@@ -86,18 +86,38 @@ def rnn_goal_lines(doc) -> list:
     return out
 
 
+def without_checkpoint(name) -> str:
+    """The stored-everything run a checkpointed variant is compared with: the same name less its
+    checkpoint option (staticgrad[loss-in-carry,checkpoint=32] -> staticgrad[loss-in-carry])."""
+    if "[" not in name:
+        return name
+    base, options = name[:-1].split("[", 1)
+    kept = [o for o in options.split(",") if not o.startswith("checkpoint=")]
+    return f"{base}[{','.join(kept)}]" if kept else base
+
+
+def _peak(result):
+    return ((result or {}).get("memory") or {}).get("peak_bytes")
+
+
 def _checkpoint_lines(entry, mark) -> list:
-    stored = (entry["results"].get("staticgrad", {}).get("memory") or {}).get("peak_bytes")
-    out = []
-    for name, result in entry["results"].items():
-        if not name.startswith("staticgrad[checkpoint="):
+    """Each checkpointed variant's peak memory over its stored-everything counterpart's (the goal) and
+    over plain staticgrad's (the workload as the peers write it)."""
+    results, out = entry["results"], []
+    for name, result in results.items():
+        if "checkpoint=" not in name:
             continue
-        peak = (result.get("memory") or {}).get("peak_bytes")
+        counterpart = without_checkpoint(name)
+        peak, stored = _peak(result), _peak(results.get(counterpart))
         if result.get("status") != "ok" or not peak or not stored:
             out.append(f"  {entry['name']} {name}: {result.get('status')}: {result.get('reason', 'no memory figure')}")
             continue
         share = peak / stored
-        out.append(f"  {entry['name']} {name}: peak memory {format_bytes(peak)} vs {format_bytes(stored)} stored "
-                   f"= {share:.2f} (goal < {CHECKPOINT_MEMORY_GOAL:g}): {mark(share < CHECKPOINT_MEMORY_GOAL)}; "
-                   f"time {result['ratio']:.2f} x hand numpy")
+        line = (f"  {entry['name']} {name}: peak memory {format_bytes(peak)} vs {format_bytes(stored)} for "
+                f"{counterpart} = {share:.2f} (goal < {CHECKPOINT_MEMORY_GOAL:g}): "
+                f"{mark(share < CHECKPOINT_MEMORY_GOAL)}; time {result['ratio']:.2f} x hand numpy")
+        plain = _peak(results.get("staticgrad"))
+        if counterpart != "staticgrad" and plain:
+            line += f"; {peak / plain:.2f} of staticgrad's {format_bytes(plain)}"
+        out.append(line)
     return out

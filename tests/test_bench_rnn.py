@@ -6,12 +6,10 @@ import argparse
 import numpy as np
 import pytest
 
-import staticgrad as sg
 from benchmarks import cli as bench
 from benchmarks import impl_staticgrad, measure, memory, peers, reference, rnn_report, workloads
 
 TINY = workloads.rnn_workload("tiny", inputs=3, hidden=4, steps=6, batch=2)
-needs_scan = pytest.mark.skipif(not hasattr(sg, "scan"), reason="sg.scan is not in this staticgrad yet")
 
 
 def _rnn_args(data):
@@ -35,7 +33,7 @@ def test_r1_and_r2_are_the_issues_sizes():
         p = wl.params
         assert (p["inputs"], p["hidden"], p["steps"], p["batch"]) == sizes and wl.kind == "rnn"
         assert wl.dtype == "float64" and p["memory"]
-    assert workloads.get("R2").params["checkpoints"] == (32,)
+    assert {"checkpoint": 32} in workloads.get("R2").params["variants"]
     data = workloads.make_data(TINY)
     assert [data[k].shape for k in ("X", "Wx", "Wh", "b")] == [(6, 2, 3), (3, 4), (4, 4), (4,)]
 
@@ -63,25 +61,34 @@ def test_reference_rnn_loss_is_half_the_mean_square_of_every_step():
     assert reference.rnn_grad(X, Wx, Wh, b)[0] == pytest.approx(0.5 * np.mean(squares), rel=1e-14)
 
 
-@needs_scan
+@pytest.mark.parametrize("loss_in_carry", [False, True])
 @pytest.mark.parametrize("checkpoint", [None, 2, 4])
-def test_staticgrad_rnn_equals_the_reference(checkpoint):
+def test_staticgrad_rnn_equals_the_reference(checkpoint, loss_in_carry):
     data = workloads.make_data(TINY)
-    got = impl_staticgrad.prepare(TINY, data, checkpoint=checkpoint)
+    got = impl_staticgrad.prepare(TINY, data, checkpoint=checkpoint, loss_in_carry=loss_in_carry)
     ok, err = workloads.outputs_close(got.check(), reference.prepare(TINY, data).check(), 1e-10)
     assert ok, err
-    assert got.impl == impl_staticgrad.impl_name(checkpoint=checkpoint)
+    assert got.impl == impl_staticgrad.impl_name(checkpoint=checkpoint, loss_in_carry=loss_in_carry)
 
 
-@needs_scan
+def test_variant_names_and_their_stored_everything_counterparts():
+    name = impl_staticgrad.impl_name(checkpoint=32, loss_in_carry=True)
+    assert name == "staticgrad[loss-in-carry,checkpoint=32]"
+    assert rnn_report.without_checkpoint(name) == "staticgrad[loss-in-carry]"
+    assert rnn_report.without_checkpoint(impl_staticgrad.impl_name(checkpoint=32)) == "staticgrad"
+    assert impl_staticgrad.impl_name(backend="numba") == "staticgrad[numba]"
+
+
+@pytest.mark.xfail(strict=True, reason="sg.scan accepts checkpoint= but its VJP still stores every carry (f8310f5)")
 def test_checkpointing_lowers_staticgrads_peak_memory():
     wl = workloads.rnn_workload("mid", inputs=4, hidden=16, steps=256, batch=4)
     data = workloads.make_data(wl)
-    stored = memory.peak(impl_staticgrad.prepare(wl, data))
-    checkpointed = memory.peak(impl_staticgrad.prepare(wl, data, checkpoint=16))
+    stored = memory.peak(impl_staticgrad.prepare(wl, data, loss_in_carry=True))
+    checkpointed = memory.peak(impl_staticgrad.prepare(wl, data, checkpoint=16, loss_in_carry=True))
     assert stored["peak_source"] == checkpointed["peak_source"] == "tracemalloc"
-    # the stored run keeps all 256 carries (128 kB); the checkpointed one every 16th and one segment
-    assert checkpointed["peak_bytes"] < stored["peak_bytes"] / 2
+    # stored: every step's residuals (256 x 4 x 16 floats, 128 kB each); checkpointed: every 16th carry
+    # and one segment's residuals
+    assert checkpointed["peak_bytes"] < stored["peak_bytes"] / 4
 
 
 def test_memory_measures_see_a_calls_arrays():
@@ -137,6 +144,7 @@ def test_command_line_names_the_rnn_workloads_and_tensorflow():
     parser = bench.add_arguments(argparse.ArgumentParser())
     s = bench.settings_from_args(parser.parse_args(["--only", "r1,R2", "--peers", "torch,tf1,jax"]))
     assert s.workloads == ["R1", "R2"] and s.peers == ["torch", "tensorflow", "jax.jit"]
+    assert bench.Settings().workloads == ["A", "B", "C", "D", "E", "R1", "R2"]
     with pytest.raises(SystemExit):
         parser.parse_args(["--only", "R3"])
 
