@@ -29,11 +29,14 @@ def hand_numpy(entry, key) -> dict:
 
 
 def _memory_cell(result) -> str:
-    memory = (result or {}).get("memory")
+    if result is None:
+        return ""
+    memory = result.get("memory")
     if not memory or memory.get("peak_bytes") is None:
         return "-"
-    # rss: a lower bound (see benchmarks/memory.py)
-    return format_bytes(memory["peak_bytes"]) + (" (rss)" if memory.get("peak_source") == "rss" else "")
+    # rss: a lower bound; xla: XLA's own account (see benchmarks/memory.py)
+    mark = {"rss": " (rss)", "reported": " (xla)"}.get(memory.get("peak_source"), "")
+    return format_bytes(memory["peak_bytes"]) + mark
 
 
 def memory_lines(doc) -> list:
@@ -46,7 +49,8 @@ def memory_lines(doc) -> list:
         impls += [n for n, r in entry["results"].items() if n not in impls and r.get("memory")]
     cols = [max(len(n), 12) for n in impls]
     lines = ["", "Peak memory of one call (tracemalloc's peak for numpy-based code plus the workspace staticgrad "
-             "keeps;", "(rss): the rise of resident memory, a lower bound; see benchmarks/memory.py):",
+             "keeps;", "(xla): XLA's buffer assignment, temporaries and outputs; (rss): the rise of resident memory, "
+             "a lower bound; see benchmarks/memory.py):",
              f"{'workload':<10} {'hand numpy':>12} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in entries:
         ref = hand_numpy(entry, "numpy_memory")

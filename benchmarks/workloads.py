@@ -189,8 +189,9 @@ class Prepared:
     implementations (for B: the loss and each parameter's change after one step from the initial values;
     the parameters are restored afterwards); ``stopwatch`` holds the one-time costs. For peak memory
     (benchmarks/memory.py): ``traced`` says that tracemalloc sees the implementation's arrays (numpy's
-    do; torch's, XLA's and numba's do not), and ``held()``, if given, the bytes of arrays it keeps from
-    one call to the next (a workspace), which a call's own peak does not show.
+    do; torch's, XLA's and numba's do not), ``held()``, if given, the bytes of arrays it keeps from one
+    call to the next (a workspace), which a call's own peak does not show, and ``reported_peak`` the
+    implementation's own account of one call's buffers, where it has one (XLA's buffer assignment).
     """
     impl: str
     call: object
@@ -199,6 +200,7 @@ class Prepared:
     notes: dict = field(default_factory=dict)
     traced: bool = False
     held: object = None
+    reported_peak: int | None = None
 
 
 def sgd_step_check(data, step, get, put):

@@ -104,6 +104,8 @@ def test_memory_measures_see_a_calls_arrays():
         assert got["rss_peak_bytes"] > 6_000_000
     untraced = memory.peak(workloads.Prepared("y", call, None))
     assert untraced["traced_peak_bytes"] is None and untraced["peak_source"] == "rss"
+    reported = memory.peak(workloads.Prepared("z", call, None, reported_peak=5_000))
+    assert (reported["peak_bytes"], reported["peak_source"]) == (5_000, "reported")
 
 
 def test_measure_records_memory_for_the_rnn_workloads():
@@ -138,6 +140,20 @@ def test_torch_peer_rnn_equals_the_reference():
     ok, err = workloads.outputs_close(torch_peer.prepare(TINY, data).check(), reference.prepare(TINY, data).check(),
                                       1e-12)
     assert ok, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", ["jax", "pytensor", "tensorflow"])
+def test_other_peers_rnn_equal_the_reference(peer):
+    # runs in the peers environment (.venv-peers, 5-11 s each); skipped where the framework is missing
+    pytest.importorskip(peer)
+    module = __import__(f"benchmarks.peers.{'tf' if peer == 'tensorflow' else peer}_peer", fromlist=["prepare"])
+    data = workloads.make_data(TINY)
+    got = module.prepare(TINY, data)
+    ok, err = workloads.outputs_close(got.check(), reference.prepare(TINY, data).check(), 1e-12)
+    assert ok, err
+    if peer == "jax":
+        assert got.reported_peak > 6 * 2 * 4 * 8
 
 
 def test_command_line_names_the_rnn_workloads_and_tensorflow():
