@@ -7,7 +7,7 @@ per-step outputs.
 """
 from __future__ import annotations
 
-from ..graph import Graph, Node, _node_ids
+from ..graph import Graph, Node
 from ..ops.registry import REGISTRY
 
 
@@ -229,7 +229,8 @@ def sink(graph, i):
         if made is None:
             continue
         add = bg.nodes[outs[c]]
-        total = _summed_over_steps(add, made, after)
+        known = dict(graph.nodes) | {r.id: r for _, r in new_ys}
+        total = _summed_over_steps(add, made, after, known)
         final = new_node(add, "add", [s.init[c], total.id], {}, add.shape)
         after += [total, final]
         replace[c] = final.id
@@ -239,9 +240,10 @@ def sink(graph, i):
     kept = [c for c in range(s.C) if c not in replace]
     carries = [(s.p_carry[c], s.init[c]) for c in kept]
     outputs = [outs[c] for c in kept] + outs[s.C:] + [j for j, _ in new_ys]
-    readers = [Node("loop_output", [i], {"index": len(kept) + before_ys + k}, (length,) + tuple(bg.nodes[j].shape),
-                    bg.nodes[j].dtype, role=bg.nodes[j].role, source=bg.nodes[j].source, id=o)
-               for k, (j, o) in enumerate(new_ys)]
+    readers = []
+    for k, (_, reader) in enumerate(new_ys):
+        reader.attrs = {"index": len(kept) + before_ys + k}
+        readers.append(reader)
     return s.rebuilt(carries, list(zip(s.p_x, s.xs)), list(zip(s.p_cap, s.caps)), outputs,
                      after=readers + after, replace=replace), moved
 
@@ -274,7 +276,7 @@ def _summed_term(bg, users, outs, param, out):
 
 def _sunk(bg, s, term, region, outer, stacked, new_ys, length, after):
     """The id of the stacked terms computed after the loop from stacked body values (``new_ys`` gains the
-    body values to stack: (body id, id of the loop_output reading them)), or None."""
+    body values to stack: (body id, the loop_output node that will read them)), or None."""
     local = dict(outer)
     local_stacked = set(stacked)
     for j in region:
@@ -287,10 +289,13 @@ def _sunk(bg, s, term, region, outer, stacked, new_ys, length, after):
                 after.append(c)
                 local[x] = c.id
                 continue
-            known = next((o for b, o in new_ys if b == x), None)
+            known = next((o.id for b, o in new_ys if b == x), None)
             if known is None:
-                known = next(_node_ids)
-                new_ys.append((x, known))
+                n = bg.nodes[x]     # (its index is set once the loop's values are known)
+                reader = Node("loop_output", [s.i], {"index": None}, (length,) + tuple(n.shape), n.dtype,
+                              role=n.role, source=n.source)
+                new_ys.append((x, reader))
+                known = reader.id
             local[x] = known
             local_stacked.add(x)
         flags = [x in local_stacked for x in node.inputs]
@@ -307,10 +312,11 @@ def _sunk(bg, s, term, region, outer, stacked, new_ys, length, after):
     return local[term]
 
 
-def _summed_over_steps(add, made, after):
+def _summed_over_steps(add, made, after, outer):
     """The sum over the steps axis of the stacked terms ``made``: one matrix product when they are matrix
-    products (sum_t a_t @ b_t = [a_1 ... a_T] @ [b_1; ...; b_T]), else a sum."""
-    nodes = {n.id: n for n in after}
+    products (sum_t a_t @ b_t = [a_1 ... a_T] @ [b_1; ...; b_T]), else a sum. (``outer``: the graph's
+    nodes, the stacked operands among them.)"""
+    nodes = dict(outer) | {n.id: n for n in after}
     term = nodes.get(made)
     if term is not None and term.op == "matmul" and len(term.shape) == 3:
         a, b = (nodes.get(x) for x in term.inputs)
@@ -326,10 +332,8 @@ def _summed_over_steps(add, made, after):
 def _rows_first(a, add, after):
     """The (n, T*k) matrix [a_1 ... a_T] of stacked (n, k) matrices ``a``: a transposed view where ``a`` is
     the stacked transposes of (k, n) matrices (the common case: a weight gradient's x_t.T)."""
-    nodes = {n.id: n for n in after}
-    src = nodes.get(a.inputs[0]) if a.op == "transpose" and a.attrs["axes"] == (0, 2, 1) else None
     n = a.shape[1]
-    if src is not None or (a.op == "transpose" and a.attrs["axes"] == (0, 2, 1)):
+    if a.op == "transpose" and a.attrs["axes"] == (0, 2, 1):
         flat = new_node(add, "reshape", [a.inputs[0]], {"shape": (-1, n)}, (None, n))
         flipped = new_node(add, "transpose", [flat.id], {"axes": (1, 0)}, (n, None))
         after += [flat, flipped]
