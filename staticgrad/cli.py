@@ -42,7 +42,14 @@ def main(argv=None):
     bench.add_argument("--study", action="store_true", help="the static vs dynamic study instead: one model "
                        "trained compiled, eagerly and in PyTorch (shares --quick, --out, --threads, --peers none)")
     bench.add_argument("--plot", default=None, help="with --study: cumulative time plot (needs matplotlib)")
+    bench.add_argument("--rnn", action="store_true", help="the study's RNN case: a tanh RNN as a static scan, "
+                       "unrolled, eager and in PyTorch over 10, 100 and 1,000 steps, and a variable-length epoch")
+    bench.add_argument("--unroll-timeout", type=float, default=None, metavar="SECONDS",
+                       help="with --rnn: wall-clock seconds an unrolled graph may take to build and compile "
+                       "(default 300)")
     args, extra = _parse(parser, sys.argv[1:] if argv is None else list(argv))
+    if args.command == "bench" and args.rnn:
+        args.study = True
     if extra and not (args.command == "bench" and harness is None and not args.study):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "dot" and not os.path.isfile(args.script):

@@ -39,8 +39,8 @@ class Function:
 
     What inspection reads: ``ir`` (the optimized IR graph), ``unoptimized`` (the graph before the passes,
     None for a loaded function or one of more than passes.KEEP_UP_TO nodes), ``report()`` (its rows: what
-    each pass did), ``program`` (the plan of the latest call), ``source``, ``graph`` (networkx),
-    ``check_feeds``.
+    each pass did), ``program`` (the plan of the latest call), ``plans_built`` (plans built so far, counting
+    any rebuilt after the cache of MAX_PLANS dropped them), ``source``, ``graph`` (networkx), ``check_feeds``.
     """
 
     MAX_PLANS = 32
@@ -64,6 +64,7 @@ class Function:
         self._last = None
         self._preview = None            # fn.source before any call
         self._backend_seconds = 0.0
+        self.plans_built = 0
         self._fast = self._make_fast_path()
 
     # ------------------------------------------------------------------ calling
@@ -169,6 +170,7 @@ class Function:
             program = build_program(self.ir, key, self.backend, feeds)
         self._check_update_shapes(program)
         self._backend_seconds += program.seconds
+        self.plans_built += 1
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.pop(next(iter(self._plans)), None)
         idle = _Idle([program])

@@ -7,9 +7,14 @@ step, the batch count after which compiling has paid for itself (break-even), pe
 first whose values differ beyond a tolerance. :func:`format_table` prints it, :func:`save_json` writes it,
 :func:`plot` draws cumulative time against batches (needs matplotlib, skipped without it).
 
+The RNN case (:func:`run_rnn_study`, ``staticgrad bench --study --rnn``) runs one tanh RNN step as a static
+scan, a graph unrolled per length, an eager loop and PyTorch's eager loop over 10, 100 and 1,000 steps, and an
+epoch of varying lengths padded to one plan or planned per length.
+
 This module is the measuring core and the one entry point; the rest lives beside it and is re-exported here:
 modes (the timed styles), torch (the PyTorch column), report (tables, findings, JSON,
-plot), workloads (the built-in workloads). None of them imports this module.
+plot), workloads (the built-in workloads), rnn, rnn_measure and rnn_report (the RNN case: its model and
+runners, its measurements, its tables). None of them imports this module.
 """
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ from .modes import (  # noqa: F401
     static_mode,
 )
 from .report import findings, format_table, plot, save_json, summary_table  # noqa: F401
+from .rnn import rnn_loss, rnn_loss_masked, rnn_loss_unrolled, rnn_params, rnn_step  # noqa: F401
+from .rnn_measure import UNROLL_TIMEOUT_S, rnn_study  # noqa: F401
+from .rnn_report import format_rnn, rnn_findings  # noqa: F401
 from .torch import Unsupported, torch_mode, torch_program, torch_threads, torch_wanted  # noqa: F401
 from .workloads import (  # noqa: F401
     SIGMOID_NET_BATCH,
@@ -216,13 +224,26 @@ def run_study(quick=False, seed=0, torch=None, json_path=None, plot_path=None, l
     return results
 
 
+def run_rnn_study(quick=False, seed=0, torch=None, json_path=None, timeout=UNROLL_TIMEOUT_S, log=print):
+    """The RNN case: measured, its tables and findings logged, its JSON written."""
+    result = rnn_study(quick=quick, seed=seed, torch=torch, timeout=timeout)
+    log(format_rnn(result))
+    log("")
+    for line in rnn_findings(result):
+        log("- " + line)
+    if json_path:
+        log(f"measurements written to {save_json(result, json_path)}")
+    return result
+
+
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _CHILD = "STATICGRAD_STUDY_CHILD"
 
 
 def run_from_args(args, relaunch=None) -> int:
     """``staticgrad bench --study``: the study with the bench options it shares (--quick, --out,
-    --threads, --peers none to leave torch out) plus --plot.
+    --threads, --peers none to leave torch out) plus --plot; with --rnn the RNN case instead (and
+    --unroll-timeout).
 
     BLAS thread counts are read when numpy loads, which has happened in this process already, so the
     command (``relaunch``) runs again with them set, unless this is that run.
@@ -234,11 +255,19 @@ def run_from_args(args, relaunch=None) -> int:
     if relaunch is not None and threads and os.environ.get(_CHILD) != "1":
         env = dict(os.environ, **{v: str(threads) for v in THREAD_VARS}, **{_CHILD: "1"})
         return subprocess.call(relaunch, env=env)
-    out = getattr(args, "out", None) or "static_vs_dynamic.json"
+    rnn = getattr(args, "rnn", False)
+    default = "static_vs_dynamic_rnn.json" if rnn else "static_vs_dynamic.json"
+    out = getattr(args, "out", None) or default
     if os.path.isdir(out):
-        out = os.path.join(out, "static_vs_dynamic.json")
-    peers = (getattr(args, "peers", None) or "").strip()
-    run_study(quick=args.quick, torch=False if peers == "none" else None, json_path=out,
-              plot_path=getattr(args, "plot", None), log=lambda msg: print(msg, flush=True))
+        out = os.path.join(out, default)
+    torch = False if (getattr(args, "peers", None) or "").strip() == "none" else None
+
+    def log(msg):
+        print(msg, flush=True)
+    if rnn:
+        timeout = getattr(args, "unroll_timeout", None) or UNROLL_TIMEOUT_S
+        run_rnn_study(quick=args.quick, torch=torch, json_path=out, timeout=timeout, log=log)
+    else:
+        run_study(quick=args.quick, torch=torch, json_path=out, plot_path=getattr(args, "plot", None), log=log)
     sys.stdout.flush()
     return 0

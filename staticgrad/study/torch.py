@@ -57,6 +57,14 @@ def torch_program(model_fn, params, batch, torch):
     return program, constants, where(slot[loss.id])
 
 
+def replay(program, constants, loss_slot, batch, params, torch):
+    """Run a :func:`torch_program` on ``batch`` (numpy arrays) and ``params`` (torch tensors): the loss."""
+    env = [torch.from_numpy(a) for a in batch] + params + constants
+    for fn, refs in program:
+        env.append(fn(*[env[i] for i in refs]))
+    return env[loss_slot]
+
+
 def _autograd_nodes(loss):
     """Backward functions in torch's graph of ``loss`` (AccumulateGrad excluded), counted without recursion."""
     seen, stack, count = set(), [loss.grad_fn], 0
@@ -78,10 +86,7 @@ def torch_mode(model_fn, params, batches, lr) -> Mode:
     ps = [torch.tensor(p, requires_grad=True) for p in params]
 
     def forward(batch):
-        env = [torch.from_numpy(a) for a in batch] + ps + constants
-        for fn, refs in program:
-            env.append(fn(*[env[i] for i in refs]))
-        return env[loss_slot]
+        return replay(program, constants, loss_slot, batch, ps, torch)
 
     def step(batch):
         loss = forward(batch)
