@@ -8,7 +8,13 @@ a 784-256-256-10 MLP on random data and a deep narrow chain of 50 small layers.
 
     python examples/static_vs_dynamic.py [--quick] [--json study.json] [--plot study.png]
 
-The same study runs as ``staticgrad bench --study``. The plot needs matplotlib (optional).
+With ``--rnn`` the RNN case instead: one tanh RNN step function run as a static scan (one compile for every
+length), a graph unrolled per length, an eager loop and PyTorch's eager loop over 10, 100 and 1,000 steps,
+and an epoch of batches of varying length padded to one plan or planned per length:
+
+    python examples/static_vs_dynamic.py --rnn [--quick] [--json rnn.json] [--unroll-timeout 300]
+
+The same study runs as ``staticgrad bench --study`` (``--rnn``). The plot needs matplotlib (optional).
 """
 from __future__ import annotations
 
@@ -55,7 +61,14 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="write the measurements here")
     parser.add_argument("--plot", default=None, help="write cumulative time vs batches here (needs matplotlib)")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out even when installed")
+    parser.add_argument("--rnn", action="store_true", help="the RNN case: scan, unrolled, eager and torch loops")
+    parser.add_argument("--unroll-timeout", type=float, default=study.UNROLL_TIMEOUT_S,
+                        help="with --rnn: wall-clock seconds an unrolled graph may take to build and compile")
     args = parser.parse_args(argv)
+    if args.rnn:
+        study.run_rnn_study(quick=args.quick, torch=False if args.no_torch else None, json_path=args.json,
+                            timeout=args.unroll_timeout)
+        return 0
     worked_example_3()
     study.run_study(quick=args.quick, torch=False if args.no_torch else None, json_path=args.json,
                     plot_path=args.plot)

@@ -576,6 +576,15 @@ def test_report_answers_in_and_get_from_its_summary():
     assert "no such key" not in report and report.get("no such key", 7) == 7
 
 
+def test_plans_built_counts_every_plan_including_those_rebuilt_after_the_cache_dropped_them(monkeypatch):
+    x = sg.placeholder((None,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+    monkeypatch.setattr(fn, "MAX_PLANS", 2)
+    for n in (3, 4, 3, 5, 3):           # 5 drops the plan for 3 (the oldest), so the last 3 builds it again
+        fn(np.ones(n))
+    assert fn.plans_built == 4 and fn.report()["plans"] == 2
+
+
 def test_a_dict_feed_takes_the_fast_path_and_bad_dicts_still_get_their_errors():
     x, z = sg.placeholder((None,), name="x"), sg.placeholder((), name="z")
     fn = sg.compile(x * z)                         # inputs=None: fed by dict or name only

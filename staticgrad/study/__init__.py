@@ -211,12 +211,7 @@ def run_study(quick=False, seed=0, torch=None, json_path=None, plot_path=None, l
         log(format_table(r))
         log("")
         results.append(r)
-    log(summary_table(results))
-    log("")
-    for line in findings(results):
-        log("- " + line)
-    if json_path:
-        log(f"measurements written to {save_json(results, json_path)}")
+    _conclude(summary_table(results), findings(results), results, json_path, log)
     if plot_path:
         made = plot(results, plot_path)
         log(f"cumulative time plot written to {made}" if made else
@@ -227,13 +222,18 @@ def run_study(quick=False, seed=0, torch=None, json_path=None, plot_path=None, l
 def run_rnn_study(quick=False, seed=0, torch=None, json_path=None, timeout=UNROLL_TIMEOUT_S, log=print):
     """The RNN case: measured, its tables and findings logged, its JSON written."""
     result = rnn_study(quick=quick, seed=seed, torch=torch, timeout=timeout)
-    log(format_rnn(result))
+    _conclude(format_rnn(result), rnn_findings(result), result, json_path, log)
+    return result
+
+
+def _conclude(table, lines, results, json_path, log):
+    """Log a table and findings, then write the measurements as JSON (when asked to)."""
+    log(table)
     log("")
-    for line in rnn_findings(result):
+    for line in lines:
         log("- " + line)
     if json_path:
-        log(f"measurements written to {save_json(result, json_path)}")
-    return result
+        log(f"measurements written to {save_json(results, json_path)}")
 
 
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -108,7 +108,8 @@ class Runner:
         self.fn, self.translate = fn, translate
 
     def costs(self):
-        return {"build_s": self.build.cpu if self.build else 0.0, "compile_s": self.compile.cpu if self.compile else 0.0}
+        return {"build_s": self.build.cpu if self.build else 0.0,
+                "compile_s": self.compile.cpu if self.compile else 0.0}
 
 
 def static_runner(loss_fn, params, shapes) -> Runner:
@@ -182,8 +183,9 @@ def torch_saved_bytes(forward, torch, feeds, params):
 
 
 # ------------------------------------------------------------------ a time limit for unrolled compiles
-class TimedOut(Exception):
-    """A build and compile that took longer than its time limit."""
+class TimedOut(BaseException):
+    """A build and compile that took longer than its time limit (a BaseException, as KeyboardInterrupt is, so
+    that no `except Exception` on the way swallows it)."""
 
 
 @contextlib.contextmanager

@@ -98,7 +98,7 @@ def measure_length(steps, params, scan, rng, config, torch=None, timeout=UNROLL_
         entries[name].update(step_s=statistics.median(times[name]), step_times_s=times[name],
                              step_wall_s=statistics.median(walls[name]), peak_bytes=runner.peak(*feeds),
                              max_abs_diff=_max_diff(outs[name], outs["scan"]), peak_how=PEAK_HOW[name])
-    for name, entry in entries.items():
+    for entry in entries.values():
         if "step_s" in entry:
             entry["step_over_scan"] = entry["step_s"] / entries["scan"]["step_s"]
             entry["peak_over_scan"] = entry["peak_bytes"] / entries["scan"]["peak_bytes"]

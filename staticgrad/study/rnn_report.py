@@ -59,7 +59,8 @@ def describe(result) -> str:
     return (f"tanh RNN {c['inputs']}->{c['hidden']}, batch {c['batch']}; each call gives the loss and the gradients "
             f"of Wx, Wh, b and v; loss {result['loss']}; CPU time ({result['clock']}); max |diff|: loss and "
             f"gradients against the static scan's; peak memory: tracemalloc's peak of a call (numpy) plus the "
-            f"plan's workspace (static), for torch the tensors autograd saves for backward (saved). Variable-length epoch: {e['batches']} batches of lengths "
+            f"plan's workspace (static), for torch the tensors autograd saves for backward (saved). "
+            f"Variable-length epoch: {e['batches']} batches of lengths "
             f"{e['min_steps']}..{e['max_steps']} ({e['distinct_lengths']} distinct), padded to {e['padded_to']}.")
 
 
