@@ -34,9 +34,11 @@ def _placeholder_shapes(batches):
     return shapes
 
 
-def _peak_bytes(fn):
-    """Peak bytes allocated (and traced by tracemalloc, which sees numpy's buffers) while ``fn`` runs."""
-    gc.collect()
+def _peak_bytes(fn, collect=True):
+    """Peak bytes allocated (and traced by tracemalloc, which sees numpy's buffers) while ``fn`` runs; first a
+    collection, unless the caller did one (it takes a good part of a second in a process that loaded torch)."""
+    if collect:
+        gc.collect()
     tracemalloc.start()
     try:
         fn()

@@ -101,7 +101,8 @@ def pad(batch, steps):
 # ------------------------------------------------------------------ the runners
 class Runner:
     """One way of running a loss: ``call(*feeds)`` gives [loss, *gradients] as numpy arrays; ``peak(*feeds)``
-    the peak memory of one call in bytes; ``build`` and ``compile`` the one-off costs (Clocks, or None)."""
+    the peak memory of one call in bytes (the caller collects garbage first); ``build`` and ``compile`` the
+    one-off costs (Clocks, or None)."""
 
     def __init__(self, call, peak, build=None, compile_=None, fn=None, translate=None):
         self.call, self.peak, self.build, self.compile = call, peak, build, compile_
@@ -123,7 +124,7 @@ def static_runner(loss_fn, params, shapes) -> Runner:
         fn = sg_compile([loss] + grads, inputs=xs)
 
     def peak(*feeds):
-        per_call = _peak_bytes(lambda: fn(*feeds))
+        per_call = _peak_bytes(lambda: fn(*feeds), collect=False)
         # The plan for these shapes allocated its workspace when it was built and keeps it: it counts too.
         memory = getattr(fn.program, "memory", None)
         return per_call + (memory.workspace_bytes if memory is not None else 0)
@@ -140,7 +141,7 @@ def eager_runner(loss_fn, params) -> Runner:
         for p in ps:
             p.grad = None
         return [np.asarray(loss.value)] + grads
-    return Runner(call, lambda *feeds: _peak_bytes(lambda: call(*feeds)))
+    return Runner(call, lambda *feeds: _peak_bytes(lambda: call(*feeds), collect=False))
 
 
 def torch_runner(loss_fn, params, feeds, torch) -> Runner:

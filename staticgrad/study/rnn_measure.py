@@ -95,6 +95,8 @@ def measure_length(steps, params, scan, rng, config, torch=None, timeout=UNROLL_
             times[name].append(clock.cpu)
             walls[name].append(clock.wall)
     for name, runner in runners.items():
+        if not quick:       # (a collection takes a good part of a second once torch is loaded)
+            gc.collect()
         entries[name].update(step_s=statistics.median(times[name]), step_times_s=times[name],
                              step_wall_s=statistics.median(walls[name]), peak_bytes=runner.peak(*feeds),
                              max_abs_diff=_max_diff(outs[name], outs["scan"]), peak_how=PEAK_HOW[name])
@@ -136,7 +138,7 @@ def _epoch_variant(feeds, make, key_of):
             "steps_run": int(sum(f[0].shape[0] for f in feeds))}, outs
 
 
-def measure_epoch(params, rng, config):
+def measure_epoch(params, rng, config, quick=False):
     """One epoch of loss and gradients (no update, so every variant sees the same parameters) four ways:
     padded to the longest batch with a mask (one plan), the static scan planned per length, a graph unrolled
     per length, eagerly."""
@@ -157,7 +159,8 @@ def measure_epoch(params, rng, config):
     }
     result, outs = {}, {}
     for name, (feeds, make, key_of) in variants.items():
-        gc.collect()
+        if not quick:
+            gc.collect()
         result[name], outs[name] = _epoch_variant(feeds, make, key_of)
     for name, entry in result.items():
         entry["max_abs_diff"] = max(_max_diff(a, b) for a, b in zip(outs[name], outs["per_length"]))
@@ -182,5 +185,5 @@ def rnn_study(quick=False, seed=0, torch=None, timeout=UNROLL_TIMEOUT_S, config=
         scan = static_runner(rnn_loss, params, free)
         result["lengths"] = [measure_length(n, params, scan, rng, config, module, timeout, quick)
                              for n in config["lengths"]]
-        result["epoch"] = measure_epoch(params, rng, config)
+        result["epoch"] = measure_epoch(params, rng, config, quick)
     return result
