@@ -190,20 +190,27 @@ class TimedOut(BaseException):
 
 
 @contextlib.contextmanager
-def time_limit(seconds):
+def time_limit(seconds, retry=0.25):
     """Raise TimedOut in this block after ``seconds`` of wall-clock time (None: no limit). Needs SIGALRM and
-    the main thread; elsewhere the block runs without a limit."""
+    the main thread; elsewhere the block runs without a limit.
+
+    Where Python cannot pass an exception on (a finalizer, a garbage collection callback) it only prints it,
+    so each TimedOut re-arms the timer: ``retry`` seconds later the block is interrupted again."""
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if not seconds or not usable:
         yield
         return
+    active = [True]
 
     def expire(signum, frame):
-        raise TimedOut(f"over {seconds:g} s")
+        if active[0]:
+            signal.setitimer(signal.ITIMER_REAL, retry)
+            raise TimedOut(f"over {seconds:g} s")
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
+        active[0] = False           # first: from here on a late signal does nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

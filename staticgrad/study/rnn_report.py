@@ -48,8 +48,9 @@ def epoch_rows(result):
 
 def table(head, rows, markdown=False) -> str:
     if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+        def line(cells):
+            return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+        return "\n".join([line(head), "|" + "|".join("---" for _ in head) + "|"] + [line(row) for row in rows])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     return "\n".join("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in [head] + rows)
 

@@ -3,6 +3,7 @@ keeps padding out, the measurements, tables, time limit and commands."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -147,6 +148,32 @@ def test_time_limit_without_a_limit_runs_the_block():
     with rnn.time_limit(None):
         done = True
     assert done
+
+
+def spin(seconds):
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_time_out_that_a_finalizer_swallows_comes_again():
+    class Slow:
+        def __del__(self):
+            spin(0.2)           # the first TimedOut is raised in here, where Python only prints it
+
+    with pytest.raises(rnn.TimedOut):
+        with rnn.time_limit(0.01, retry=0.01):
+            slow = Slow()
+            del slow
+            spin(5.0)           # the second one ends the block at once
+    spin(0.05)                  # and none comes after it
+
+
+def test_a_block_that_ends_in_time_is_not_interrupted_later():
+    with rnn.time_limit(0.05, retry=0.01):
+        pass
+    spin(0.1)
 
 
 # ------------------------------------------------------------------ PyTorch's eager loop
