@@ -174,10 +174,9 @@ class _Recurrent(Module):
         return self._carry([fn(s) for s in self._parts(state)])
 
     def __repr__(self):
-        extras = "".join(f", {k}={v}" for k, v in (("num_layers", self.num_layers), ("bias", self.bias),
-                                                    ("batch_first", self.batch_first),
-                                                    ("bidirectional", self.bidirectional))
-                         if v != {"num_layers": 1, "bias": True}.get(k, False))
+        defaults = {"num_layers": 1, "nonlinearity": "tanh", "bias": True, "batch_first": False,
+                    "bidirectional": False}
+        extras = "".join(f", {k}={getattr(self, k)!r}" for k, v in defaults.items() if getattr(self, k, v) != v)
         return f"{self.kind}({self.input_size}, {self.hidden_size}{extras})"
 
 
