@@ -4,6 +4,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
@@ -73,3 +74,25 @@ def test_an_example_runs_as_a_script():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "hand values reproduced" in done.stdout
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_char_lm_learns_and_samples(cell, capsys):
+    result = load("char_lm").main(["--steps", "24", "--hidden", "16", "--embed", "8", "--window", "16",
+                                   "--sample", "40", "--cell", cell])
+    losses = result["loss"]
+    assert len(losses) == 24 and np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.5
+    before, after = result["held_out"]
+    assert after < before - 0.4                       # learned something about text it did not train on
+    assert result["sample"].startswith("The ") and len(result["sample"]) == 44
+    assert "held-out loss" in capsys.readouterr().out
+
+
+def test_sequence_classification_compares_padding_with_a_plan_per_length():
+    results = load("sequence_classification").main(["--epochs", "6", "--train", "800", "--longest", "6",
+                                                    "--hidden", "16", "--lr", "0.03"])
+    assert results["padded"]["plans"] == 1
+    assert results["per length"]["plans"] == 4                   # lengths 3 to 6, one plan each
+    for result in results.values():
+        assert result["accuracy"] >= 0.7                         # chance is 0.5
+        assert result["loss"][-1] < result["loss"][0] - 0.2
