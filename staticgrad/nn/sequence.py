@@ -148,6 +148,9 @@ class _Recurrent(Module):
             layout = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
             raise ShapeError(f"{self.kind}: expected input of shape {layout} or (T, input_size) with input_size "
                              f"{self.input_size}, got {format_shape(x.shape)} (at {user_frame()})")
+        if x.dtype != self.weight_ih_l0.dtype:
+            raise TypeError(f"{self.kind}: input of dtype {x.dtype} into a layer of dtype {self.weight_ih_l0.dtype} "
+                            f"(at {user_frame()}); cast one (the state a step carries keeps one dtype)")
         return x
 
     def _starts(self, x, state):

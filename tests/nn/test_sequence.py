@@ -212,8 +212,13 @@ def test_wrong_inputs_say_what_was_expected():
         lstm(sg.placeholder((5, 2, 6)))
     with pytest.raises(sg.ShapeError, match=r"initial state of shape \(2, 2, 4\), got \(1, 2, 4\)"):
         lstm(sg.placeholder((5, 2, 3)), (sg.placeholder((1, 2, 4)), sg.placeholder((2, 2, 4))))
+    with pytest.raises(TypeError, match="LSTM: input of dtype float32 into a layer of dtype float64"):
+        lstm(sg.placeholder((5, 2, 3), dtype="float32"))
     with pytest.raises(TypeError, match="ids must be integers"):
         nn.Embedding(5, 2)(sg.placeholder((3,)))
+    ids = sg.placeholder((None,), dtype="int64")
+    with pytest.raises(sg.ExecutionError, match=r"must lie in \[0, 5\), got values in \[1, 5\]"):
+        sg.compile(nn.Embedding(5, 2)(ids), inputs=[ids])(np.array([1, 5]))
     with pytest.raises(KeyError, match=r"missing \['bias_hh_l0'\], unexpected \['bias'\]"):
         nn.RNN(2, 2).load_state_dict({"weight_ih_l0": np.zeros((2, 2)), "weight_hh_l0": np.zeros((2, 2)),
                                       "bias_ih_l0": np.zeros(2), "bias": np.zeros(2)})
