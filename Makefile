@@ -28,10 +28,11 @@ lint: $(BIN)/staticgrad
 bench: $(BIN)/staticgrad
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/staticgrad bench
 
-# The peers (torch, jax, pytensor) live in their own environment, never in the package's dependencies.
+# The peers (torch, jax, pytensor, tensorflow) live in their own environment, never in the package's dependencies.
 peers: $(BIN)/staticgrad
 	$(PYTHON) -m venv .venv-peers
 	.venv-peers/bin/pip install -q -e . torch==2.13.0 jax jaxlib pytensor threadpoolctl numba
+	.venv-peers/bin/pip install -q tensorflow-cpu || echo "tensorflow-cpu not available: the TF1 peer of R1/R2 will skip"
 
 clean:
 	rm -rf $(VENV) .venv-peers staticgrad-demo

@@ -23,29 +23,33 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+from .rnn_report import hand_numpy, memory_lines, rnn_goal_lines
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Set in CI or tests to pin a slow portable kernel; a benchmark must measure the machine's real one.
 SCRUBBED_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CHILD_MARK = "STATICGRAD_BENCH_CHILD"
 WORKLOAD_NAMES = ("A", "B", "C", "D", "E")
-PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]")
+RNN_NAMES = ("R1", "R2")              # issue 19: loops (sg.scan) and peak memory
+PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]", "tensorflow")
 # Other names people write for the same peers (issue 4 says "pytensor.function", "torch eager").
 PEER_ALIASES = {"jax": "jax.jit", "pytensor.function": "pytensor", "torch.eager": "torch", "torch-eager": "torch",
-                "torch_eager": "torch", "numba": "staticgrad[numba]", "staticgrad-numba": "staticgrad[numba]"}
+                "torch_eager": "torch", "numba": "staticgrad[numba]", "staticgrad-numba": "staticgrad[numba]",
+                "tf": "tensorflow", "tf1": "tensorflow", "tf.compat.v1": "tensorflow"}
 BIG_OPS = 20_000          # peers on chains at least this long get the shorter timeout
 DEFAULT_PEER_PYTHON = os.path.join(ROOT, ".venv-peers", "bin", "python")
 # The module each peer needs, to skip at once a peer this interpreter lacks (no .venv-peers).
 PEER_MODULES = {"torch": "torch", "torch.compile": "torch", "jax.jit": "jax", "pytensor": "pytensor",
-                "staticgrad[numba]": "numba"}
+                "staticgrad[numba]": "numba", "tensorflow": "tensorflow"}
 PEERS_SETUP = ("python -m venv .venv-peers && .venv-peers/bin/pip install -e . torch==2.13.0 jax jaxlib "
-               "pytensor threadpoolctl")
+               "pytensor threadpoolctl numba tensorflow-cpu")
 GOALS = {"A": 0.80, "B": 0.95, "C": 0.80, "D": 0.50}   # issue 4: ratio to hand-written numpy
 
 
 @dataclass
 class Settings:
-    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES))
+    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES + RNN_NAMES))
     compile_ops: list = field(default_factory=lambda: [1000, 100000])
     peers: list = field(default_factory=lambda: list(PEER_NAMES))
     rounds: int = 25
@@ -75,7 +79,7 @@ def add_arguments(parser):
                         help="few rounds, no 100,000-op graph, peers torch and jax.jit only, 60 s peer "
                              "timeout (a look, not a result)")
     parser.add_argument("--only", default=None, metavar="A,B,...", type=workload_names,
-                        help="workloads to run: A B C D E and chainN (N ops), comma-separated")
+                        help="workloads to run: A B C D E R1 R2 and chainN (N ops), comma-separated")
     parser.add_argument("--peers", default=None, metavar="NAMES",
                         help=f"peers to run, comma-separated, or 'none' (default: {','.join(PEER_NAMES)})")
     parser.add_argument("--peer-python", default=None, help="python of the peers environment "
@@ -100,11 +104,12 @@ def workload_names(text) -> list:
     """The names of ``--only``, each checked by the benchmarks' own lookup while the command line is
     parsed: a typo is a usage error before any workload runs (or the benchmark process is started)."""
     import argparse
-    # a and b name A and B
-    names = [n.strip().upper() if len(n.strip()) == 1 else n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give at least one workload: A B C D E or chainN")
     workloads = _benchmarks(only="workloads").workloads
+    # a and r1 name A and R1
+    names = [n.strip().upper() if n.strip().upper() in workloads.WORKLOADS else n.strip()
+             for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one workload: A B C D E R1 R2 or chainN")
     for name in names:
         try:
             workloads.get(name)
@@ -196,6 +201,7 @@ def _benchmarks(only=None):
         return sys.modules["benchmarks"]
     import benchmarks.impl_staticgrad
     import benchmarks.measure
+    import benchmarks.peers
     import benchmarks.workloads
     return benchmarks
 
@@ -220,7 +226,16 @@ def run(settings: Settings | None = None, log=print) -> dict:
                  "ops": workload.ops, "size": workload.size, "results": {}}
         log(f"[{workload.name}] {workload.title}: staticgrad")
         entry["results"]["staticgrad"] = _measure_here(bm, workload, settings)
+        for options in workload.params.get("variants", ()):
+            name = bm.impl_staticgrad.impl_name(**options)
+            log(f"[{workload.name}] {name}")
+            entry["results"][name] = _measure_here(bm, workload, settings,
+                                                   bm.impl_staticgrad.prepare_variant(**options), name)
         for peer in settings.peers:
+            skip = bm.peers.skip_reason(peer, workload.kind)
+            if skip:
+                entry["results"][peer] = {"impl": peer, "status": "skipped", "reason": skip}
+                continue
             if python is None:
                 entry["results"][peer] = {"impl": peer, "status": "skipped", "reason": "no peers environment"}
                 continue
@@ -248,13 +263,15 @@ def peer_interpreter(settings):
     return sys.executable, missing
 
 
-def _measure_here(bm, workload, settings) -> dict:
+def _measure_here(bm, workload, settings, prepare=None, name="staticgrad") -> dict:
+    """staticgrad (or ``prepare``'s variant of it) measured in this process."""
     data = bm.workloads.make_data(workload)
+    prepare = prepare or bm.impl_staticgrad.prepare
     try:
-        return bm.measure.measure(workload, data, bm.impl_staticgrad.prepare, settings.rounds, settings.target_s,
+        return bm.measure.measure(workload, data, prepare, settings.rounds, settings.target_s,
                                   settings.budget_s, clock=settings.clock)
     except Exception as err:  # noqa: BLE001  (report it in the table, keep measuring the rest)
-        return {"impl": "staticgrad", "status": "error", "reason": f"{type(err).__name__}: {err}"[:500]}
+        return {"impl": name, "status": "error", "reason": f"{type(err).__name__}: {err}"[:500]}
 
 
 def run_peer(peer, workload, settings, python=None) -> dict:
@@ -266,9 +283,13 @@ def run_peer(peer, workload, settings, python=None) -> dict:
            "--budget", str(settings.budget_s), "--threads", str(settings.threads), "--clock", settings.clock]
     started = time.time()
     env = bench_env(settings.threads)
-    # The numba backend keeps its compiled interpreter on disk; a fresh folder makes every run pay the
+    # The numba backend keeps its compiled interpreter on disk, and so do pytensor (its numba cache in
+    # base_compiledir) and torch.compile (inductor's caches); fresh folders make every run pay the
     # compile, so one-time costs do not depend on what ran before.
     cache = env["STATICGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="staticgrad-bench-cache-")
+    env["PYTENSOR_FLAGS"] = ",".join(filter(None, [env.get("PYTENSOR_FLAGS"),
+                                                   f"base_compiledir={os.path.join(cache, 'pytensor')}"]))
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
     # Its own session, so that on timeout the peer and any compiler workers it spawned go together.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=env, start_new_session=True)
@@ -384,18 +405,18 @@ def format_table(doc) -> str:
     cols = [max(len(n), 9) for n in impls]
     clock = {"cpu": "process CPU time", "wall": "wall-clock time"}.get(doc["settings"].get("clock"), "?")
     lines = ["Median time per call as a ratio to hand-written numpy in the same process (lower is better),",
-             f"by {clock}; hand numpy column: its median in the main process.",
+             f"by {clock}; hand numpy column: its median in the main process (a peer's if staticgrad failed).",
              f"{'workload':<{width}} {'hand numpy':>11} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in doc["workloads"]:
         label = f"{entry['name']}: {entry['title']}"[:width]
-        base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
+        base = hand_numpy(entry, "numpy").get("median_s")
         cells = [f"{_cell(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)]
         lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(cells))
     lines += ["", "Median time per call (the hand numpy column is the main process's, the others their own):",
               f"{'workload':<{width}} {'hand numpy':>11} " + " ".join(f"{n:>{w}}" for n, w in zip(impls, cols))]
     for entry in doc["workloads"]:
         label = f"{entry['name']}: {entry['title']}"[:width]
-        base = entry["results"].get("staticgrad", {}).get("numpy", {}).get("median_s")
+        base = hand_numpy(entry, "numpy").get("median_s")
         lines.append(f"{label:<{width}} {format_time(base):>11} " + " ".join(
             f"{_median(entry['results'].get(n)):>{w}}" for n, w in zip(impls, cols)))
     lines += ["", "One-time costs (build + grad + compile + first call, summed):",
@@ -416,7 +437,9 @@ def format_table(doc) -> str:
     if problems:
         lines += ["", "Not measured:"]
         lines += [f"  {w} {n}: {r.get('status')}: {r.get('reason', '')}" for w, n, r in problems]
+    lines += memory_lines(doc)
     lines += ["", "Issue 4 goals:"] + goal_lines(doc)
+    lines += rnn_goal_lines(doc)
     kernels = ", ".join(f"{k} ({n} threads)" for k, n in _kernels(doc)) or "?"
     load = doc["machine"].get("load_average_start")
     lines += ["", f"OpenBLAS kernel: {kernels}; threads setting: {doc['settings']['threads'] or 'library defaults'}; "

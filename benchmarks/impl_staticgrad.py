@@ -3,10 +3,21 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 import staticgrad as sg
 from staticgrad.study.workloads import sigmoid_net_graph
 
-from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
+from .workloads import (
+    A_PARAM_NAMES,
+    B_LR,
+    B_PARAM_NAMES,
+    CHAIN_SCALE,
+    RNN_PARAM_NAMES,
+    Prepared,
+    Stopwatch,
+    sgd_step_check,
+)
 
 
 def _build_a(data):
@@ -33,8 +44,36 @@ def _build_chain(size, cycles):
     return [x], [x], sg.sum(h)
 
 
-def prepare(workload, data, backend=None) -> Prepared:
-    """Build, grad and compile ``workload``; ``backend`` (None: the default) is passed to sg.compile."""
+def _build_rnn(params, data, checkpoint=None, loss_in_carry=False):
+    """R1/R2: the step written once and run by sg.scan over X's first axis, h the carry.
+
+    As the peers write it, every h is an output (ys) and the loss is taken of them all. With
+    ``loss_in_carry`` the step adds its h's share of the loss to a second carry and outputs nothing: the
+    same loss, but no (steps, batch, hidden) array of h's or of their gradients is needed, which is what
+    leaves ``checkpoint`` the stored carries alone to save."""
+    X = sg.placeholder((params["steps"], params["batch"], params["inputs"]), name="X")
+    weights = [sg.parameter(data[k].copy(), name=k) for k in RNN_PARAM_NAMES]
+    Wx, Wh, b = weights
+    h0 = sg.constant(np.zeros((params["batch"], params["hidden"])), name="h0")
+    if loss_in_carry:
+        def step(carry, x):
+            h, total = carry
+            h = sg.tanh(x @ Wx + h @ Wh + b)
+            return (h, total + sg.sum(h * h)), None
+        (_, total), _ = sg.scan(step, (h0, sg.constant(0.0)), xs=X, checkpoint=checkpoint)
+        count = params["steps"] * params["batch"] * params["hidden"]
+        return [X], weights, total * (0.5 / count)
+
+    def step(h, x):
+        h = sg.tanh(x @ Wx + h @ Wh + b)
+        return h, h
+    _, hs = sg.scan(step, h0, xs=X, checkpoint=checkpoint)
+    return [X], weights, 0.5 * sg.mean(hs * hs)
+
+
+def prepare(workload, data, backend=None, checkpoint=None, loss_in_carry=False) -> Prepared:
+    """Build, grad and compile ``workload``; ``backend`` (None: the default) is passed to sg.compile;
+    ``checkpoint`` and ``loss_in_carry`` choose a variant of the RNN workloads (see _build_rnn)."""
     kind = workload.kind
     options = {} if backend is None else {"backend": backend}
     sw = Stopwatch()
@@ -51,6 +90,9 @@ def prepare(workload, data, backend=None) -> Prepared:
         x = sg.placeholder((workload.size,), name="x")
         inputs, wrt, loss = [x], [], x + 1.0
         feeds = (data["x"],)
+    elif kind == "rnn":
+        inputs, wrt, loss = _build_rnn(workload.params, data, checkpoint, loss_in_carry)
+        feeds = (data["X"],)
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     sw.lap("build")
@@ -79,8 +121,27 @@ def prepare(workload, data, backend=None) -> Prepared:
     else:
         def check():
             return list(call())
-    name = "staticgrad" if backend is None else f"staticgrad[{backend}]"
-    return Prepared(name, call, check, sw, _notes(fn))
+    return Prepared(impl_name(backend, checkpoint, loss_in_carry), call, check, sw, _notes(fn), traced=backend is None,
+                    held=functools.partial(_workspace_bytes, fn))
+
+
+def impl_name(backend=None, checkpoint=None, loss_in_carry=False):
+    """The name in tables and JSON: staticgrad, staticgrad[numba], staticgrad[loss-in-carry,checkpoint=32]."""
+    options = [backend] if backend else []
+    options += ["loss-in-carry"] if loss_in_carry else []
+    options += [f"checkpoint={checkpoint}"] if checkpoint else []
+    return f"staticgrad[{','.join(options)}]" if options else "staticgrad"
+
+
+def prepare_variant(**options):
+    """prepare() for a variant of a workload (``workload.params["variants"]``: checkpoint, loss_in_carry)."""
+    return functools.partial(prepare, **options)
+
+
+def _workspace_bytes(fn):
+    """Bytes the latest plan keeps allocated from call to call (its workspace slots and stacked buffers)."""
+    memory = getattr(fn.program, "memory", None)
+    return memory.workspace_bytes if memory is not None else 0
 
 
 def prepare_numba(workload, data) -> Prepared:

@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 
-from . import reference
+from . import memory, reference
 from .workloads import outputs_close
 
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -100,6 +100,10 @@ def measure(workload, data, prepare, rounds, target_s, budget_s=None, phase=None
               "notes": impl.notes, "max_rel_err": err, "rtol": workload.rtol}
     if not ok:
         return result
+    if workload.params.get("memory"):
+        phase("memory")
+        result["memory"] = memory.peak(impl)
+        result["numpy_memory"] = memory.peak(ref)
     phase("time")
     stats = time_interleaved({"numpy": ref.call, impl.impl: impl.call}, rounds, target_s, budget_s, clock)
     result.update(stats[impl.impl])

@@ -64,6 +64,10 @@ def run(args) -> dict:
     workload = workloads.get(args.workload)
     data = workloads.make_data(workload)
     base = {"impl": args.impl, "workload": workload.name, "python": sys.executable}
+    from benchmarks.peers import skip_reason
+    reason = skip_reason(args.impl, workload.kind)
+    if reason:
+        return {**base, "status": "skipped", "reason": reason}
     try:
         module, attr = _load(args.impl)
     except ImportError as err:

@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, sgd_step_check
+from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, RNN_PARAM_NAMES, Prepared, sgd_step_check
 
 
 def sigmoid(z):
@@ -88,6 +88,39 @@ def chain_grad(x, cycles, scale=CHAIN_SCALE):
     return loss, gx
 
 
+def rnn_grad(X, Wx, Wh, b):
+    """Workloads R1 and R2: loss 0.5 * mean(h_t**2) of the tanh RNN and the gradients of Wx, Wh and b.
+
+    Back-propagation through time as a careful person writes it: the input projection of all steps is
+    one matmul before the loop, every h is kept in one (steps, batch, hidden) array, the reverse loop
+    does only what must be sequential (one matmul per step), and the weight gradients are each one
+    matmul over all steps after it.
+    """
+    steps, batch, inputs = X.shape
+    hidden = Wh.shape[0]
+    P = (X.reshape(steps * batch, inputs) @ Wx).reshape(steps, batch, hidden) + b
+    hs = np.empty((steps, batch, hidden))
+    h = np.zeros((batch, hidden))
+    for t in range(steps):
+        h = np.tanh(P[t] + h @ Wh)
+        hs[t] = h
+    loss = 0.5 * np.mean(hs * hs)
+    scale = 1.0 / hs.size                       # d loss / d h_t = h_t * scale, at every step
+    dA = np.empty_like(hs)                      # d loss / d (pre-activation) at every step
+    dh = np.zeros((batch, hidden))              # what flows back into h_t from step t + 1
+    for t in range(steps - 1, -1, -1):
+        h = hs[t]
+        da = (h * scale + dh) * (1.0 - h * h)
+        dA[t] = da
+        if t:                                   # h_0 is the constant zero: nothing to send it
+            dh = da @ Wh.T
+    flat = dA.reshape(steps * batch, hidden)
+    gWx = X.reshape(steps * batch, inputs).T @ flat
+    gWh = hs[:-1].reshape(-1, hidden).T @ dA[1:].reshape(-1, hidden)   # step 0 read h_0 = 0
+    gb = flat.sum(axis=0)
+    return loss, gWx, gWh, gb
+
+
 def add_one(x):
     """Workload E: the nearly empty function."""
     return x + 1.0
@@ -112,4 +145,7 @@ def prepare(workload, data) -> Prepared:
     if kind == "empty":
         fn = functools.partial(add_one, data["x"])
         return Prepared("numpy", fn, lambda: [fn()])
+    if kind == "rnn":
+        fn = functools.partial(rnn_grad, data["X"], *(data[k] for k in RNN_PARAM_NAMES))
+        return Prepared("numpy", fn, lambda: list(fn()), traced=True)
     raise ValueError(f"unknown workload kind {kind!r}")

@@ -10,6 +10,11 @@ B  a 784-256-256-10 ReLU MLP, batch 128, float32: softmax cross-entropy, forward
 C  an elementwise chain of 2000 ops on 1000 float64 numbers, gradient of its sum w.r.t. the input.
 D  the same chain with 200 ops on 10 numbers (overhead-bound).
 E  an almost empty function, ``x + 1.0`` on one number: the fixed cost of one call.
+R1 a tanh RNN, h_t = tanh(x_t @ Wx + h_{t-1} @ Wh + b) from h_0 = 0: input 32, hidden 128, 50 steps,
+   batch 32 (issue 19). Loss 0.5 * mean over t, b, j of h_t[b, j]**2, so that every step's output feeds
+   the loss and back-propagation through time carries a gradient in from each step; outputs the loss
+   and the gradients of Wx, Wh and b (float64, so that gradients agree to 1e-9 across implementations).
+R2 the same RNN with hidden 64, 1,000 steps, batch 8 (loop-overhead bound; where checkpointing pays).
 Compile-cost graphs: the same chain with 1,000 and 100,000 ops on 10 numbers.
 
 The chain repeats a 4-op cycle, ``h = tanh(sin(h) * 0.9 + x)``, starting from h = x, then sums h: a
@@ -39,7 +44,7 @@ B_LR = 0.01
 class Workload:
     name: str
     title: str
-    kind: str                     # "mlp_small" | "mlp_sgd" | "chain" | "empty"
+    kind: str                     # "mlp_small" | "mlp_sgd" | "chain" | "empty" | "rnn"
     dtype: str = "float64"
     size: int = 0                 # chain length of the data vector
     ops: int = 0                  # chain: number of elementwise ops (4 per cycle)
@@ -59,6 +64,23 @@ WORKLOADS = {
     "D": Workload("D", "200-op elementwise chain, 10 floats, grad", "chain", size=10, ops=200),
     "E": Workload("E", "x + 1.0 on 1 float: fixed call overhead", "empty", size=1),
 }
+
+
+def rnn_workload(name, inputs, hidden, steps, batch, variants=()) -> Workload:
+    """A tanh RNN workload (R1, R2, or a tiny one for tests). ``variants`` lists option sets of
+    staticgrad's version (benchmarks/impl_staticgrad.py: ``checkpoint``, ``loss_in_carry``) measured beside
+    it. Peak memory is measured for these workloads."""
+    title = f"tanh RNN {inputs}->{hidden}, {steps:,} steps, batch {batch}, loss+grads"
+    return Workload(name, title, "rnn", params={"inputs": inputs, "hidden": hidden, "steps": steps, "batch": batch,
+                                                "variants": tuple(variants), "memory": True})
+
+
+WORKLOADS["R1"] = rnn_workload("R1", 32, 128, 50, 32)
+# Checkpointing (issue 19's goal: under a quarter of the stored-everything peak), once as the peers write
+# the loss (of all the stacked h's, which must then exist whatever is checkpointed) and once with the loss
+# summed in the carry, with its own stored-everything run beside it.
+WORKLOADS["R2"] = rnn_workload("R2", 32, 64, 1000, 8, variants=(
+    {"checkpoint": 32}, {"loss_in_carry": True}, {"loss_in_carry": True, "checkpoint": 32}))
 
 
 def compile_cost_workload(ops: int) -> Workload:
@@ -90,6 +112,7 @@ def example3_parameters():
 
 
 A_PARAM_NAMES = ("W", "b1", "U", "d", "v", "b")
+RNN_PARAM_NAMES = ("Wx", "Wh", "b")
 B_PARAM_NAMES = ("W1", "b1", "W2", "b2", "W3", "b3")
 A_EXPECTED_LOSS = 0.175595          # hand-computed in docs/worked_examples.md
 A_EXPECTED_GRADS = {("W", (0, 0)): 0.006731, ("b", ()): 0.627673}
@@ -113,7 +136,22 @@ def make_data(workload: Workload) -> dict:
         return data
     if workload.kind in ("chain", "empty"):
         return {"x": rng.uniform(-CHAIN_X_RANGE, CHAIN_X_RANGE, size=workload.size)}
+    if workload.kind == "rnn":
+        return rnn_data(rng, **{k: workload.params[k] for k in ("inputs", "hidden", "steps", "batch")})
     raise ValueError(f"unknown workload kind {workload.kind!r}")
+
+
+def rnn_data(rng, inputs, hidden, steps, batch) -> dict:
+    """X (steps, batch, inputs) and the parameters Wx (inputs, hidden), Wh (hidden, hidden), b (hidden,).
+
+    Weights scaled by 1/sqrt(fan-in) keep x @ Wx and h @ Wh of order 1: tanh works in its curved range
+    (in R2 the mean |h| is 0.61, 3% of them beyond 0.99). One step's output reaches back some tens of
+    steps before its share of the gradient fades (1e-5 after 30 steps); each step's adjoint sums the
+    shares of all later steps, so it stays of the loss's scale (no denormals)."""
+    return {"X": rng.standard_normal((steps, batch, inputs)),
+            "Wx": rng.standard_normal((inputs, hidden)) / np.sqrt(inputs),
+            "Wh": rng.standard_normal((hidden, hidden)) / np.sqrt(hidden),
+            "b": rng.standard_normal(hidden) * 0.1}
 
 
 def _now():
@@ -149,13 +187,20 @@ class Prepared:
 
     ``call()`` runs one step (what is timed); ``check()`` returns the outputs compared across
     implementations (for B: the loss and each parameter's change after one step from the initial values;
-    the parameters are restored afterwards); ``stopwatch`` holds the one-time costs.
+    the parameters are restored afterwards); ``stopwatch`` holds the one-time costs. For peak memory
+    (benchmarks/memory.py): ``traced`` says that tracemalloc sees the implementation's arrays (numpy's
+    do; torch's, XLA's and numba's do not), ``held()``, if given, the bytes of arrays it keeps from one
+    call to the next (a workspace), which a call's own peak does not show, and ``reported_peak`` the
+    implementation's own account of one call's buffers, where it has one (XLA's buffer assignment).
     """
     impl: str
     call: object
     check: object
     stopwatch: Stopwatch | None = None
     notes: dict = field(default_factory=dict)
+    traced: bool = False
+    held: object = None
+    reported_peak: int | None = None
 
 
 def sgd_step_check(data, step, get, put):

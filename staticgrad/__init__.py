@@ -16,6 +16,7 @@ checks this against every import in the package, and that no imports go round in
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
     data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
+    graphdoc                                 a graph and its loops' bodies <-> JSON, checked as it loads
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit
@@ -30,10 +31,10 @@ import importlib
 from . import data, eager, explain, loops, nn, ops, optim, passes
 from .autodiff import grad
 from .compiler import compile
-from .loops import scan
 from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
+from .loops import cond, scan
 from .report import Report
 from .tensor import (
     FeedError,
@@ -59,7 +60,7 @@ __all__ = [
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
-    "scan",
+    "scan", "cond",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study",
 ] + sorted(_OPS)
 

@@ -9,7 +9,15 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402  (after the x64 switch)
 import numpy as np  # noqa: E402
 
-from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch  # noqa: E402
+from ..workloads import (  # noqa: E402
+    A_PARAM_NAMES,
+    B_LR,
+    B_PARAM_NAMES,
+    CHAIN_SCALE,
+    RNN_PARAM_NAMES,
+    Prepared,
+    Stopwatch,
+)
 
 
 def versions():
@@ -31,6 +39,17 @@ def _loss_b(params, X, t):
     a2 = jax.nn.relu(a1 @ W2 + b2)
     logp = jax.nn.log_softmax(a2 @ W3 + b3, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, t[:, None], axis=-1))
+
+
+def _loss_rnn(params, X):
+    """R1/R2 the way JAX users write an RNN: the step is a function, lax.scan runs it over the steps."""
+    Wx, Wh, b = params
+
+    def step(h, x):
+        h = jnp.tanh(x @ Wx + h @ Wh + b)
+        return h, h
+    _, hs = jax.lax.scan(step, jnp.zeros((X.shape[1], Wh.shape[0]), X.dtype), X)
+    return 0.5 * jnp.mean(hs * hs)
 
 
 def _sgd_step(params, X, t):
@@ -62,12 +81,18 @@ def prepare(workload, data) -> Prepared:
     elif kind == "empty":
         fn = jax.jit(lambda x: x + 1.0)
         args = (jnp.asarray(data["x"]),)
+    elif kind == "rnn":
+        fn = jax.jit(jax.value_and_grad(_loss_rnn))
+        args = ([jnp.asarray(data[k]) for k in RNN_PARAM_NAMES], jnp.asarray(data["X"]))
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     lowered = fn.lower(*args)
     sw.lap("build")
-    lowered.compile()
+    compiled = lowered.compile()
     sw.lap("compile")
+    notes = {"first_call_note": "the jitted function's own first call (cache lookup or recompile)"}
+    if kind == "rnn":
+        notes["xla_memory"] = _memory_analysis(compiled)
 
     if kind == "mlp_sgd":
         state = {"params": args[0]}
@@ -98,5 +123,18 @@ def prepare(workload, data) -> Prepared:
     sw.skip()
     call()
     sw.lap("first_call")
-    return Prepared("jax.jit", call, check, sw,
-                    {"first_call_note": "the jitted function's own first call (cache lookup or recompile)"})
+    xla = notes.get("xla_memory", {})
+    reported = (xla["temp_size_in_bytes"] + xla["output_size_in_bytes"]
+                if xla.get("temp_size_in_bytes") is not None and xla.get("output_size_in_bytes") is not None else None)
+    return Prepared("jax.jit", call, check, sw, notes, reported_peak=reported)
+
+
+def _memory_analysis(compiled):
+    """XLA's own account of the compiled program's buffers (bytes), where this jaxlib gives one."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception as err:  # noqa: BLE001  (an optional note: jaxlib versions differ)
+        return {"unavailable": f"{type(err).__name__}: {err}"[:200]}
+    fields = ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+              "generated_code_size_in_bytes")
+    return {f: getattr(stats, f, None) for f in fields} if stats is not None else {"unavailable": "None"}

@@ -5,13 +5,32 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
-from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
+from ..workloads import (
+    A_PARAM_NAMES,
+    B_LR,
+    B_PARAM_NAMES,
+    CHAIN_SCALE,
+    RNN_PARAM_NAMES,
+    Prepared,
+    Stopwatch,
+    sgd_step_check,
+)
 
 
 def versions():
     mode = pytensor.compile.mode.get_default_mode()
     return {"pytensor": pytensor.__version__, "mode": str(pytensor.config.mode),
             "linker": type(mode.linker).__name__}
+
+
+def _rnn_loss(X, Wx, Wh, b):
+    """R1/R2 with pytensor.scan, as its users write an RNN: the step's function, the sequence, the initial
+    state, the weights as non-sequences."""
+    def step(x, h, Wx, Wh, b):
+        return pt.tanh(x @ Wx + h @ Wh + b)
+    h0 = pt.zeros((X.shape[1], Wh.shape[0]), dtype="float64")
+    hs = pytensor.scan(step, sequences=X, outputs_info=h0, non_sequences=[Wx, Wh, b], return_updates=False)
+    return 0.5 * pt.mean(hs * hs)
 
 
 def prepare(workload, data) -> Prepared:
@@ -46,6 +65,11 @@ def prepare(workload, data) -> Prepared:
     elif kind == "empty":
         x = pt.dvector("x")
         loss, params, inputs, feeds = x + 1.0, [], [x], (data["x"],)
+    elif kind == "rnn":
+        params = [pytensor.shared(data[k].copy(), name=k) for k in RNN_PARAM_NAMES]
+        X = pt.dtensor3("X")
+        loss = _rnn_loss(X, *params)
+        inputs, feeds = [X], (data["X"],)
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     sw.lap("build")

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import torch
 
-from ..workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, Prepared, Stopwatch, sgd_step_check
+from ..workloads import (
+    A_PARAM_NAMES,
+    B_LR,
+    B_PARAM_NAMES,
+    CHAIN_SCALE,
+    RNN_PARAM_NAMES,
+    Prepared,
+    Stopwatch,
+    sgd_step_check,
+)
 
 
 def versions():
@@ -28,6 +37,17 @@ def _forward_chain(x, cycles):
     for _ in range(cycles):
         h = torch.tanh(torch.sin(h) * CHAIN_SCALE + x)
     return torch.sum(h)
+
+
+def _forward_rnn(X, Wx, Wh, b):
+    """R1/R2 as torch users write an RNN by hand: a Python loop over the steps, autograd records it."""
+    h = X.new_zeros((X.shape[1], Wh.shape[0]))
+    hs = []
+    for x in X:
+        h = torch.tanh(x @ Wx + h @ Wh + b)
+        hs.append(h)
+    hs = torch.stack(hs)
+    return 0.5 * torch.mean(hs * hs)
 
 
 def _add_one(x):
@@ -59,6 +79,10 @@ def prepare(workload, data, compiled=False) -> Prepared:
         feeds = ()
     elif kind == "empty":
         forward, params, feeds = _add_one, [], (torch.from_numpy(data["x"]),)
+    elif kind == "rnn":
+        forward = _forward_rnn
+        params = [torch.tensor(data[k], requires_grad=True) for k in RNN_PARAM_NAMES]
+        feeds = (torch.from_numpy(data["X"]),)
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     if compiled:

@@ -18,9 +18,10 @@ class Body:
     ``outputs``, as tensors; ``graph`` is its IR (built from them on first use, or given by a pass that
     rewrote it). ``hoisted`` counts the outer computations moved out of it while it was traced."""
 
-    def __init__(self, params, outputs, n_args, name="body", graph=None, hoisted=0):
+    def __init__(self, params, outputs, n_args, name="body", graph=None, hoisted=0, base=None):
         self.params, self.outputs, self.n_args, self.name = list(params), list(outputs), n_args, name
         self._graph, self.hoisted = graph, hoisted
+        self.base = base if base is not None else self    # the traced body this one extends
 
     @property
     def graph(self) -> Graph:
@@ -34,11 +35,20 @@ class Body:
 
     def with_graph(self, graph) -> Body:
         """The same body with its IR replaced (by a pass); its tensors no longer describe it."""
-        return Body((), (), self.n_args, self.name, graph, self.hoisted)
+        return Body((), (), self.n_args, self.name, graph, self.hoisted, self.base)
 
     @property
     def traced(self) -> bool:
         return bool(self.params) or bool(self.outputs)
+
+    def specs(self):
+        """([(shape, dtype)] of its inputs, [(shape, dtype)] of its outputs), from its tensors while it
+        has them (a node's shape rule asks, and needs no graph built for it)."""
+        if self.traced:
+            return [(p.shape, p.dtype) for p in self.params], [(o.shape, o.dtype) for o in self.outputs]
+        nodes = self.graph.nodes
+        return ([(nodes[i].shape, nodes[i].dtype) for i in self.graph.inputs],
+                [(nodes[i].shape, nodes[i].dtype) for i in self.graph.outputs])
 
     def __repr__(self):
         return f"<Body {self.name}: {self.n_params} inputs, {len(self.graph.outputs)} outputs>"

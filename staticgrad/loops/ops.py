@@ -9,14 +9,62 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops as ops_package
-from ..ops.registry import apply, defop
+from ..ops.registry import REGISTRY, apply, defop
 from ..tensor import ShapeError, format_shape
+from .body import Body
 
 MULTI = np.dtype(object)     # the dtype of a node of several values
 
 
-def multi_infer(inputs, **attrs):
+def scan_infer(inputs, body, n_carry, n_xs, length, reverse, checkpoint):
+    """A scan's shape rule: one node of several values, once its attributes and its body fit its inputs
+    (a scan read from a file is checked here as it loads, so a tampered one is refused, not run)."""
+    _check_scan_attrs(len(inputs), body, n_carry, n_xs, length, reverse, checkpoint)
+    C, X = n_carry, n_xs
+    ins, outs = body.specs()
+    if len(ins) != len(inputs):
+        raise TypeError(f"its body takes {len(ins)} values, the node gives it {len(inputs)} ({C} carries and "
+                        f"{X} xs, then captures)")
+    for k, (x, (shape, dtype)) in enumerate(zip(inputs, ins)):
+        if C <= k < C + X and not x.shape:
+            raise ShapeError(f"xs {k - C} is 0-d: it has no axis to loop over")
+        given = x.shape[1:] if C <= k < C + X else x.shape
+        if not _fits(given, shape) or x.dtype != dtype:
+            raise ShapeError(f"input {k} gives the body {format_shape(given)} {x.dtype} where it takes "
+                             f"{format_shape(shape)} {dtype}")
+    if len(outs) < C:
+        raise TypeError(f"its body makes {len(outs)} values, fewer than its {C} carries")
+    for c in range(C):
+        if not _fits(outs[c][0], ins[c][0]) or outs[c][1] != ins[c][1]:
+            raise ShapeError(f"its body turns carry {c} of {format_shape(ins[c][0])} {ins[c][1]} into "
+                             f"{format_shape(outs[c][0])} {outs[c][1]}")
+    if any(dtype == MULTI for _, dtype in outs):
+        raise TypeError("its body hands back a loop node itself, not one of its values")
+    steps = {x.shape[0] for x in inputs[C:C + X] if x.shape[0] is not None} | ({length} - {None})
+    if len(steps) > 1 or (not X and length is None):
+        raise ShapeError(f"its xs and length={length} disagree on the number of steps ({sorted(steps)})"
+                         if steps else "a scan without xs needs a length")
     return (), MULTI
+
+
+def _check_scan_attrs(n_inputs, body, n_carry, n_xs, length, reverse, checkpoint):
+    if not isinstance(body, Body):
+        raise TypeError(f"body must be a Body, got {type(body).__name__}")
+    if not (_count(n_carry) and _count(n_xs) and n_carry + n_xs <= n_inputs):
+        raise ValueError(f"n_carry={n_carry!r:.20} and n_xs={n_xs!r:.20} do not count {n_inputs} inputs")
+    if not (length is None or _count(length)) or not (checkpoint is None or _count(checkpoint) and checkpoint):
+        raise ValueError(f"length={length!r:.20} and checkpoint={checkpoint!r:.20} must be counts or None")
+    if type(reverse) is not bool:
+        raise TypeError(f"reverse must be True or False, got {reverse!r:.20}")
+
+
+def _count(value):
+    return type(value) is int and value >= 0
+
+
+def _fits(given, shape):
+    """Whether a value of static shape ``given`` may feed one of ``shape`` (an unknown size fits any)."""
+    return len(given) == len(shape) and all(a is None or b is None or a == b for a, b in zip(given, shape))
 
 
 def _unlowered(*arrays, **attrs):
@@ -53,6 +101,12 @@ class ScanLowering:
                                  f"{format_shape(in_shapes[c])} into one of shape {format_shape(outs[c])}")
         T = scan_length(node, in_shapes)
         return list(outs[:C]) + [(T,) + tuple(s) for s in outs[C:]]
+
+    def values(self, node):
+        """The static shapes and dtypes of its values (what its ``loop_output`` nodes state, or less)."""
+        C, length = node.attrs["n_carry"], node.attrs["length"]
+        _, outs = node.attrs["body"].specs()
+        return [(tuple(s) if k < C else (length, *s), d) for k, (s, d) in enumerate(outs)]
 
     def dtypes(self, node):
         body = node.attrs["body"].graph
@@ -94,19 +148,36 @@ def _pick(values, index, **_):
     return values[index]
 
 
-def _output_infer(inputs, index, shape, dtype):
+def _output_infer(inputs, index, shape=None, dtype=None):
+    """The loop's value ``index``: its static shape and dtype, or ``shape`` and ``dtype`` where the node
+    states them (a pass may make one that states neither)."""
+    if len(inputs) != 1:
+        raise TypeError(f"reads one loop node, got {len(inputs)} inputs")
+    loop = inputs[0]
+    lowering = getattr(REGISTRY.get(loop.op), "lowering", None)
+    if lowering is None or loop.dtype != MULTI:
+        raise TypeError(f"reads the values of a loop node, not of a {loop.op} node")
+    values = lowering.values(loop)
+    if type(index) is not int or not 0 <= index < len(values):
+        raise IndexError(f"index {index!r:.20} of a loop node of {len(values)} values")
+    known, value_dtype = values[index]
+    shape = known if shape is None else tuple(shape)
+    dtype = value_dtype if dtype is None else np.dtype(dtype)
+    # (a size the node leaves unknown is found when the plan runs; one it states must be the loop's)
+    if len(shape) != len(known) or any(a is not None and a != b for a, b in zip(shape, known)) or \
+            dtype != value_dtype:
+        raise ShapeError(f"value {index} of the loop is {format_shape(values[index][0])} {values[index][1]}, "
+                         f"the node says {format_shape(shape)} {dtype}")
     return shape, dtype
 
 
 def loop_output(loop, index):
     """Value ``index`` of a loop node (its final carries, then its stacked outputs, for a scan)."""
-    shape, dtype = loop.attrs["body"].outputs[index].shape, loop.attrs["body"].outputs[index].dtype
-    if index >= loop.attrs["n_carry"]:
-        shape = (loop.attrs["length"],) + shape
-    return apply("loop_output", (loop,), {"index": index, "shape": shape, "dtype": dtype})
+    shape, dtype = REGISTRY[loop.op].lowering.values(loop)[index]
+    return apply("loop_output", (loop,), {"index": index, "shape": shape, "dtype": dtype}, source=loop.source)
 
 
-def _publish(opdef, fn):
+def publish(opdef, fn):
     """Export an op registered here (above the ops package) as ops' own are: ``sg.ops.<name>``."""
     opdef.publish(fn)
     ops_package.OPS[opdef.name] = fn
@@ -116,7 +187,7 @@ def _publish(opdef, fn):
 
 def register(scan_fn, scan_vjp, output_vjp):
     """Register the ops (called once by loops.scan, which owns their VJP rules and public function)."""
-    scan = defop("scan", _unlowered, multi_infer, vjp=scan_vjp,
+    scan = defop("scan", _unlowered, scan_infer, vjp=scan_vjp,
                  doc="A loop over steps: see staticgrad.scan.", bodies=("body",), lowering=ScanLowering(),
                  takes_needs=True, flops=0,
                  unsupported={"scalar": "a loop: its body runs as a program of its own",
@@ -124,6 +195,6 @@ def register(scan_fn, scan_vjp, output_vjp):
     out = defop("loop_output", _pick, _output_infer, vjp=output_vjp, public=False, flops=0,
                 doc="One of the values a loop makes (its index among them).",
                 unsupported={"scalar": "reads a loop's values", "torch": "reads a loop's values"})
-    _publish(scan, scan_fn)
-    _publish(out, loop_output)
+    publish(scan, scan_fn)
+    publish(out, loop_output)
     return scan, out

@@ -18,6 +18,7 @@ from .registry import (
     broadcast_shapes,
     coerce,
     defop,
+    shifted_axes,
     stored_axes,
     stored_sizes,
 )
@@ -112,9 +113,9 @@ def _torch_squeeze(T, axis):
 
 
 _EXPAND_DIMS = defop("expand_dims", np.expand_dims, _expand_dims_spec, lambda g, out, x, axis: (squeeze(g, axis),),
-                     VIEW | LAYOUT | REARRANGES, torch=_torch_unsqueeze)
+                     VIEW | LAYOUT | REARRANGES, torch=_torch_unsqueeze, batch=shifted_axes("axis"))
 _SQUEEZE = defop("squeeze", _squeeze_kernel, _squeeze_spec, lambda g, out, x, axis: (expand_dims(g, axis),),
-                 VIEW | LAYOUT | REARRANGES, torch=_torch_squeeze)
+                 VIEW | LAYOUT | REARRANGES, torch=_torch_squeeze, batch=shifted_axes("axis"))
 
 
 @_EXPAND_DIMS.publish

@@ -203,7 +203,16 @@ def _torch_index(T, index):
     return lambda x: x[index]
 
 
+def _getitem_batch(attrs, shapes, stacked):
+    """Basic slicing (slices and ints) keeps the steps axis in front; other indexes are not hoisted."""
+    index = attrs["index"]
+    if not all(isinstance(item, (int, slice)) for item in index):
+        return None
+    return {"index": (slice(None),) + tuple(index)}, [0]
+
+
 _GETITEM = defop("getitem", _getitem_kernel, _getitem_spec, _getitem_vjp, VIEW | REARRANGES, permutes=_advanced,
+                 batch=_getitem_batch,
                  torch=_torch_index)
 _GETITEM_GRAD = defop("getitem_grad", _getitem_grad_kernel, _getitem_grad_spec, _getitem_grad_vjp, SHAPE_REF,
                       specialize=_getitem_grad_specialize, scalar_rule=_getitem_grad_scalar,

@@ -98,7 +98,18 @@ def _matmul_scalar(em, node, ins, shape):
     return out.reshape(shape)
 
 
+def _matmul_batch(attrs, shapes, stacked):
+    """(T, ..., n) @ (n, m); (.., n) @ (T, n, m) for a matrix or vector; (T, ...) @ (T, ...) of equal ranks."""
+    (ra, rb), (ta, tb) = (len(s) for s in shapes), stacked
+    if ta and tb:
+        ok = ra == rb >= 2
+    else:
+        ok = (ra >= 1 and rb == 2) if ta else (rb == 2 and ra <= 2)
+    return (attrs, [0, 0]) if ok else None
+
+
 _MATMUL = defop("matmul", matmul_kernel, _matmul_spec, _matmul_vjp, OUT | C_ORDER, core_axes=2, flops=_matmul_flops,
+                batch=_matmul_batch,
                 fast_kernel=_matmul_fast, scalar_rule=_matmul_scalar,
                 scalar_work=_matmul_terms, torch=lambda T: T.matmul)
 

@@ -18,6 +18,7 @@ from .registry import (
     coerce,
     defop,
     kernel_dtype,
+    shifted_axes,
     stored_axes,
     stored_axis,
     stored_dtype,
@@ -128,14 +129,14 @@ def _torch_reduction(name):
 
 _EXTREMUM_IN_SCALAR = "no scalar form yet: Python's max and min do not propagate NaN as numpy's do"
 # The ufuncs' own reduce: what np.sum/np.max/np.min call, without their Python wrappers (3 µs a call).
-_SUM = defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp, OUT, flops=input_flops,
+_SUM = defop("sum", np.add.reduce, _reduce_spec(np.sum), _sum_vjp, OUT, flops=input_flops, batch=shifted_axes("axis"),
              scalar_rule=_summing(False), torch=_torch_reduction("sum"))
-_MEAN = defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp, flops=input_flops,
+_MEAN = defop("mean", _mean_kernel, _reduce_spec(np.mean), _mean_vjp, flops=input_flops, batch=shifted_axes("axis"),
               scalar_rule=_summing(True), torch=_torch_reduction("mean"))
 _MAX = defop("max", np.maximum.reduce, _reduce_spec(np.max, "max"), _extremum_vjp, OUT, flops=input_flops,
-             unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amax"))
+             batch=shifted_axes("axis"), unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amax"))
 _MIN = defop("min", np.minimum.reduce, _reduce_spec(np.min, "min"), _extremum_vjp, OUT, flops=input_flops,
-             unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amin"))
+             batch=shifted_axes("axis"), unsupported={"scalar": _EXTREMUM_IN_SCALAR}, torch=_torch_reduction("amin"))
 
 
 # ------------------------------------------------------------------ logsumexp and the row-wise normalizers

@@ -74,14 +74,20 @@ class OpDef:
     - ``bodies``: the attributes that hold subgraphs (a loop's or branch's ``loops.Body``): passes look
       inside them, pictures draw them. Such an op makes several values at once (dtype object), read
       through ``loop_output`` nodes, and its ``lowering`` says how a plan runs it: the sizes its bodies
-      are fed (``feeds``), the sizes of its values (``out_shapes``) and the kernel that runs the body
-      programs (``runner``).
+      are fed (``feeds``), the sizes of its values (``out_shapes``; ``values``: their static shapes and
+      dtypes, which its ``loop_output`` nodes state) and the kernel that runs the body programs
+      (``runner``). Its ``infer`` checks its bodies against its inputs and attributes: that is how a
+      loaded file's loop is checked before it can run.
     - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
+    - ``batch(attrs, shapes, stacked)``: the op over a stack of its inputs, as a loop pass hoisting it out
+      of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading
+      axis of steps, (the attrs of the one op computing every step at once, per input the number of
+      size-1 axes to put after that leading axis), or None where the op cannot. Elementwise ops have it.
     """
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
-                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs")
+                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -94,7 +100,7 @@ class OpDef:
         self.core_axes = None
         self.unsupported = {}
         self.public = True
-        self.bodies, self.lowering, self.takes_needs = (), None, False
+        self.bodies, self.lowering, self.takes_needs, self.batch = (), None, False, None
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)
@@ -146,6 +152,7 @@ def defop(name, kernel, infer, vjp=None, flags=0, doc="", **facts) -> OpDef:
         opdef.flops = 0
     if flags & ELEMENTWISE:
         opdef.core_axes = 0
+        opdef.batch = elementwise_batch
     if flags & REARRANGES:
         opdef.scalar_kinds = (("biuf",), "biuf")
     if not flags & ELEMENTWISE:
@@ -156,6 +163,20 @@ def defop(name, kernel, infer, vjp=None, flags=0, doc="", **facts) -> OpDef:
         setattr(opdef, key, dict(opdef.unsupported, **value) if key == "unsupported" else value)
     REGISTRY[name] = opdef
     return opdef
+
+
+def elementwise_batch(attrs, shapes, stacked):
+    """Stacked inputs of lower rank than the result get size-1 axes after the steps axis, so every step's
+    operands still broadcast as they did inside the loop; the others broadcast from the right as before."""
+    rank = max(len(s) for s in shapes)
+    return attrs, [rank - len(s) if st else 0 for s, st in zip(shapes, stacked)]
+
+
+def shifted_axes(key):
+    """The batch rule of an op whose ``key`` attribute lists axes: each moves one on (the steps axis is 0)."""
+    def batch(attrs, shapes, stacked):
+        return dict(attrs, **{key: tuple(a + 1 for a in attrs[key])}), [0]
+    return batch
 
 
 def apply(name, inputs, attrs=None, source=None) -> Tensor:

@@ -98,8 +98,13 @@ def _reshape_like_specialize(node, shapes, nodes):
     return node.copy(op="reshape", inputs=node.inputs[:1], attrs={"shape": tuple(shapes[node.id])})
 
 
+def _reshape_batch(attrs, shapes, stacked):
+    # (the number of steps may be known only at run time: -1 stands for it, unless the shape has one)
+    return (None if -1 in attrs["shape"] else ({"shape": (-1,) + tuple(attrs["shape"])}, [0]))
+
+
 _RESHAPE = defop("reshape", _reshape_kernel, _reshape_spec, _reshape_vjp, VIEW | LAYOUT | REARRANGES,
-                 torch=lambda T, shape: lambda x: x.reshape(shape))
+                 torch=lambda T, shape: lambda x: x.reshape(shape), batch=_reshape_batch)
 def _reshape_like_spec(inputs):
     x, ref = inputs
     if None not in x.shape + ref.shape and math.prod(x.shape) != math.prod(ref.shape):
@@ -151,7 +156,8 @@ def _transposes(attrs) -> bool:
 
 
 _TRANSPOSE = defop("transpose", _transpose_kernel, _transpose_spec, _transpose_vjp, VIEW | LAYOUT | REARRANGES,
-                   permutes=_transposes, torch=lambda T, axes: lambda x: x.permute(axes))
+                   permutes=_transposes, torch=lambda T, axes: lambda x: x.permute(axes),
+                   batch=lambda attrs, shapes, stacked: ({"axes": (0,) + tuple(a + 1 for a in attrs["axes"])}, [0]))
 
 
 @_TRANSPOSE.publish

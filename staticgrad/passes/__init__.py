@@ -10,10 +10,11 @@ import types
 from collections import Counter
 
 from ..lower.costs import costs
-from . import constant_fold, cse, dce, prune, simplify, stabilize
+from . import constant_fold, cse, dce, loops, prune, simplify, stabilize
 from .stats import PassStats
 
 PASSES = {
+    "loops": loops.run,
     "constant_fold": constant_fold.run,
     "prune": prune.run,
     "simplify": simplify.run,
@@ -24,7 +25,8 @@ PASSES = {
 
 # Order matters: simplify exposes the canonical forms stabilize matches (x*-1 as -x); folding again after
 # the rewrites catches constants they created; CSE then merges forward and backward twins.
-DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "cse", "simplify", "cse", "dce"]
+DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "cse", "simplify", "cse", "dce",
+           "loops", "constant_fold", "simplify", "cse", "dce"]
 
 # Passes whose result holds nothing more for them to do (CSE merges in graph order, each node's inputs
 # already merged; DCE keeps exactly what the outputs need): run again on the graph they left, unchanged
@@ -111,9 +113,13 @@ def run_pipeline(graph, passes, lazy_costs=False):
         before, ops_before, n_before = after, ops_after, len(graph.nodes)
         start = time.perf_counter()
         result = (graph, PassStats(pass_name(fn), changed=0)) if fn in done else fn(graph)
-        seconds = time.perf_counter() - start
         before_graph = graph
         graph, stats = result if isinstance(result, tuple) else (result, None)
+        if fn not in done:
+            graph, inside = loops.into_bodies(graph, fn)      # (the passes see into loop bodies)
+            if inside and stats is not None:
+                stats.changed += inside
+        seconds = time.perf_counter() - start
         # (one of ours that changed nothing returns its input: a big graph's op map is not made again)
         unchanged = graph is before_graph and stats is not None and not stats.changed
         del before_graph, result       # (not alive while the next pass builds a third graph)
@@ -135,6 +141,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
             "removed": dict(before - after),
             "added": dict(after - before),
             "fixed_point": stats.fixed_point if stats is not None else True,
+            "details": dict(stats.details) if stats is not None else {},
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
             "removed_ids": [] if unchanged else sorted(i for i in ops_before if i not in ops_after),
