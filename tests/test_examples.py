@@ -96,3 +96,18 @@ def test_sequence_classification_compares_padding_with_a_plan_per_length():
     for result in results.values():
         assert result["accuracy"] >= 0.7                         # chance is 0.5
         assert result["loss"][-1] < result["loss"][0] - 0.2
+
+
+def test_sequence_classification_padding_and_mask_give_the_per_length_logits():
+    example = load("sequence_classification")
+    rng = np.random.default_rng(1)
+    seqs, _ = example.make_sequences(12, 3, 9, rng)
+    model = example.Classifier(4, 6, seed=0)
+    _, padded = example.compile_padded(model, 0.01)
+    _, per_length = example.compile_per_length(model, 0.01)
+    got = padded(*example.pad(seqs, 9))
+    want = [per_length(s[:, None] + 1)[0] for s in seqs]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)      # the padding after a sequence changes nothing
+    seqs, labels = example.make_sequences(200, 3, 9, rng)
+    assert [bool(np.any(np.diff(s) == 0)) for s in seqs] == list(labels == 1)       # the task as stated
+    assert 0.4 < labels.mean() < 0.6 and {len(s) for s in seqs} == set(range(3, 10))
