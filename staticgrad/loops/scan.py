@@ -145,7 +145,7 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     r_init += [zeros_like(caps[j]) for j in range(len(caps)) if need_cap[j]]
     r_xs = [x for x, used in zip(xs, rev.reads_x) if used] + stacked + [g.get(C + k) for k in rev.dys]
     r_attrs = {"body": rev.body, "n_carry": len(r_init), "n_xs": len(r_xs), "length": length,
-               "reverse": not reverse, "checkpoint": None}
+               "reverse": not reverse, "checkpoint": checkpoint}     # (its memory matters as much)
     r_node = apply("scan", r_init + r_xs + rev.captured(caps), r_attrs, source=out.source)
     r_out = loop_outputs(r_node, rev.body, length, out.source)
     grads = [None] * len(inputs)

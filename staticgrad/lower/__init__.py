@@ -87,6 +87,9 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     lowered = lower_loops(concrete, order, sizes, lambda body, feed: build_program(body, feed, backend))
     program = _lowered(concrete, order, params, sizes, backend, feeds, kind)
     _show_bodies(program, concrete, lowered)
+    saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
+    if saved:
+        program.stats = dict(program.stats, checkpoint_bytes_saved=saved)
     return program
 
 
