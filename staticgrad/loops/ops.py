@@ -86,6 +86,14 @@ def scan_length(node, in_shapes):
     return lengths.pop()
 
 
+class LoopSpec:
+    """The loop a plan may write around a scan's body (lower/loop_source.py): ``C`` carries, ``X`` slices,
+    ``reverse``, ``length`` steps, the stacked outputs' (row shape, dtype)."""
+
+    def __init__(self, C, X, reverse, length, stacked):
+        self.C, self.X, self.reverse, self.length, self.stacked = C, X, reverse, length, list(stacked)
+
+
 class ScanLowering:
     """How a plan runs a scan: its body is fed one step's sizes, and :class:`ScanRunner` loops."""
 
@@ -108,6 +116,15 @@ class ScanLowering:
         C, length = node.attrs["n_carry"], node.attrs["length"]
         _, outs = node.attrs["body"].specs()
         return [(tuple(s) if k < C else (length, *s), d) for k, (s, d) in enumerate(outs)]
+
+    def loop_form(self, node, in_shapes, out_shapes, out_dtypes):
+        """The loop a plan writes into the body's source (none for a checkpointed scan, whose runner keeps
+        checkpoints between steps and reruns segments)."""
+        if node.attrs["checkpoint"] is not None:
+            return None
+        C, X = node.attrs["n_carry"], node.attrs["n_xs"]
+        stacked = [(s[1:], d) for s, d in zip(out_shapes[C:], out_dtypes[C:])]
+        return LoopSpec(C, X, node.attrs["reverse"], scan_length(node, in_shapes), stacked)
 
     def dtypes(self, node):
         body = node.attrs["body"].graph
@@ -132,6 +149,8 @@ class ScanRunner:
         self.lazy = ()
 
     def __call__(self, *arrays):
+        if getattr(self.program, "loop", False):
+            return tuple(self.program.run(*arrays)[0])     # (the loop is in the body's own source)
         C, X, T = self.C, self.X, self.length
         carry = list(arrays[:C])
         xs, caps = arrays[C:C + X], arrays[C + X:]

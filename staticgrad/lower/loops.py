@@ -22,10 +22,13 @@ def lower_loops(graph, order, shapes, build):
             continue
         feeds = shapes.bodies[i]
         # (a body fed sizes known only at run time gets a builder: its runner builds it per size then)
-        programs = {attr: build(node.attrs[attr].graph, feeds[attr]) if feeds[attr] is not None
-                    else LazyProgram(node.attrs[attr].graph, build) for attr in opdef.bodies}
         in_shapes = [shapes[j] for j in node.inputs]
         dtypes = _value_dtypes(graph, i)
+        loop = getattr(opdef.lowering, "loop_form", lambda *a: None)(node, in_shapes, shapes.multi[i], dtypes)
+        programs = {attr: build(node.attrs[attr].graph, feeds[attr], **({"loop": loop} if loop and attr == "body"
+                                                                            else {}))
+                    if feeds[attr] is not None else LazyProgram(node.attrs[attr].graph, build)
+                    for attr in opdef.bodies}
         runner = opdef.lowering.runner(node, programs, in_shapes, shapes.multi[i], dtypes)
         meta = dict(node.meta or {}, kernel=runner)
         graph.nodes[i] = node.copy(attrs={}, meta=meta)
