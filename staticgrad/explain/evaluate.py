@@ -74,6 +74,11 @@ class _BodyRun:
     def __init__(self, graph, record, keep):
         self.graph, self.record, self.keep = graph, record, keep
 
+    def run_for(self, shapes):
+        """The program for inputs of these sizes (a runner whose bodies' sizes are known only as it runs
+        asks so): the interpreter takes any."""
+        return self.run
+
     def run(self, *args):
         inner = {} if self.record is not None else None
         values = evaluate(self.graph, dict(zip(self.graph.inputs, args)), records=inner, keep=self.keep)
@@ -95,8 +100,11 @@ def run_loop(node, args, records=None, keep=KEEP):
     programs, out_shapes = {}, {}
     for attr in body_attrs(node):
         graph = node.attrs[attr].graph
-        inner = concrete_shapes(graph, list(graph.nodes), feeds[attr])
-        out_shapes[attr] = [inner[o] for o in graph.outputs]
+        if feeds.get(attr) is None:         # (sizes known only as it runs)
+            out_shapes[attr] = None
+        else:
+            inner = concrete_shapes(graph, list(graph.nodes), feeds[attr])
+            out_shapes[attr] = [inner[o] for o in graph.outputs]
         record = Iterations(node, attr, graph, keep) if records is not None else None
         if record is not None:
             records.setdefault(node.id, {})[attr] = record
@@ -111,7 +119,8 @@ def run_loop(node, args, records=None, keep=KEEP):
 
 def evaluate(graph, feeds: dict, known=None, records=None, keep=KEEP) -> dict:
     """{node id: numpy value} for every node of ``graph`` (inputs before consumers, no recursion but
-    into loop bodies). A loop node's value is the tuple of its values.
+    into loop bodies). A loop node's value is the tuple of its values (a list among them, a loop's tape
+    of iterations, stays a list).
 
     ``feeds`` maps placeholder ids to arrays. A node that depends on a placeholder missing from ``feeds``,
     or whose op the registry does not know (a fused op made by a pass), gets ``None``. ``known`` pre-fills
@@ -141,7 +150,9 @@ def _apply(node, args, records, keep):
     try:
         if body_attrs(node):
             return run_loop(node, args, records, keep)
-        return np.asarray(opdef.kernel(*args, **node.attrs))
+        value = opdef.kernel(*args, **node.attrs)
+        # (a loop's value may be a list, as a while_loop's tape of iterations: kept as it is)
+        return value if isinstance(value, list) else np.asarray(value)
     except ExecutionError:
         raise
     except Exception as err:

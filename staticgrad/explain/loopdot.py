@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pydot
 
 from ..tensor import format_shape
-from .loopinfo import body_graphs, input_roles, is_loop, op_count, title_of, wiring_of
+from .loopinfo import body_graphs, input_roles, is_loop, op_count, title_of, value_count, wiring_of
 from .picture import _esc
 from .trace import format_value
 
@@ -101,9 +101,10 @@ def cluster_of(sheet, node, parent, prefix, records, style_of):
         # (written from the placeholder down to the output with dir=back: it never fights the layout)
         sheet.dot.add_edge(pydot.Edge(names[b][dst], names[a][src], color=CLUSTER[role]["color"],
                                       fontcolor=CLUSTER[role]["color"], label=f"carry {ph.label()}", **CARRY_EDGE))
-    if not wiring.feeds or not wiring.values:
+    if set(range(len(node.inputs))) - set(drawn.feeds) or set(range(value_count(node))) - set(drawn.values):
+        # inputs no body reads (a cond's pred) and values no body output is (a tape) meet the loop here
         drawn.anchor = f"{prefix}loop_{node.id}_anchor"
-        sub.add_node(pydot.Node(drawn.anchor, label=node.op, shape="plaintext"))
+        sub.add_node(pydot.Node(drawn.anchor, label=f"<<B>{_esc(node.op)}</B>>", shape="plaintext"))
     return drawn
 
 

@@ -3,7 +3,8 @@
 Any op whose registration lists ``bodies`` holds subgraphs. Its lowering's ``wiring(node)`` says how the
 node's inputs feed the bodies' placeholders, which body outputs come back as the next iteration's carries
 and which become the node's values (read by ``loop_output`` nodes). An op whose lowering has no ``wiring``
-is connected by position: a body taking as many inputs as the node has is fed them in order.
+is connected by position: a body taking as many inputs as the node has is fed them in order, and the
+node's other inputs and its values meet the cluster at one node named after the op.
 """
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ def wiring_of(node) -> Wiring:
         if len(graph.inputs) == len(node.inputs):
             feeds += [(k, attr, k, "read") for k in range(len(node.inputs))]
     return Wiring(feeds)
+
+
+def value_count(node) -> int:
+    """How many values the node makes (what its ``loop_output`` s may read)."""
+    lowering = getattr(REGISTRY.get(node.op), "lowering", None)
+    return len(lowering.values(node)) if lowering is not None else 0
 
 
 def op_count(graph) -> int:

@@ -13,6 +13,8 @@ def flatten(records, path=()) -> list:
         where, found = stack.pop(0)
         for loop_id in sorted(found):
             for record in found[loop_id].values():
+                if not record.count:
+                    continue        # (a branch not taken)
                 out.append((where, record))
                 for k, _, inner in record.shown:
                     if inner:

@@ -144,7 +144,7 @@ def _static_bytes(node):
 
 def nbytes(value) -> int:
     """The bytes of a value (of a loop node's several values: their sum)."""
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return sum(nbytes(v) for v in value)
     return np.asarray(value).nbytes
 

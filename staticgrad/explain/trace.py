@@ -41,6 +41,8 @@ def format_value(value, max_size=6, digits=4) -> str:
         return "?"
     if isinstance(value, tuple):
         return "(" + "; ".join(format_value(v, max_size, digits) for v in value) + ")"
+    if isinstance(value, list):
+        return f"list of {len(value)}"
     a = np.asarray(value)
     if a.size <= max_size:
         if a.ndim == 0:
@@ -174,8 +176,8 @@ class Trace:
         return [row for rows in self.sweeps for row in rows]
 
     def row(self, node, sweep=0) -> dict:
-        """The step of sweep ``sweep`` at ``node`` (a tensor or an id)."""
-        i = node.id if isinstance(node, Tensor) else node
+        """The step of sweep ``sweep`` at ``node`` (a tensor, a graph node or an id)."""
+        i = getattr(node, "id", node)
         for row in self.sweeps[sweep]:
             if row["node"] == i:
                 return row

@@ -219,3 +219,38 @@ def test_diff_dot_marks_the_loop_the_loops_pass_merged():
     merged = [i for i in loops_of(fn.unoptimized) if i not in fn.ir.nodes]
     assert len(merged) == 1
     assert "removed by loops" in clusters(dot)[f"cluster_loop_{merged[0]}"][0].get("label")
+
+
+def branch():
+    x = sg.placeholder((3,), name="x")
+    p = sg.placeholder((), name="p")
+    w = sg.parameter(np.array([1.0, 2.0, 3.0]), name="w")
+    out = sg.cond(p > 0, lambda a: sg.sin(a * w), lambda a: sg.cos(a) + w, x)
+    loss = sg.sum(out * out)
+    return sg.compile([loss] + sg.grad(loss, [w]), inputs=[x, p]), w
+
+
+def test_a_cond_is_a_cluster_with_a_cluster_per_branch():
+    fn, _ = branch()
+    dot = to_dot(fn, feeds=(np.ones(3), 1.0), iterations=True)
+    where, drawn = clusters(dot), edges(dot)
+    conds = {i: n for i, n in fn.ir.nodes.items() if n.op == "cond"}
+    assert sorted(n.role for n in conds.values()) == ["backward", "forward"]
+    for i, node in conds.items():
+        for attr in ("then", "other"):
+            assert where[f"cluster_loop_{i}_{attr}"][1] == f"cluster_loop_{i}"
+            body = node.attrs[attr].graph
+            for k, x in enumerate(node.inputs[1:]):
+                assert joined(drawn, str(x), f"L{i}_{attr}_{body.inputs[k]}")
+        assert joined(drawn, str(node.inputs[0]), f"loop_{i}_anchor")        # pred
+        for r in fn.ir.nodes.values():
+            if r.op == "loop_output" and r.inputs == [i]:
+                for attr in ("then", "other"):
+                    out = node.attrs[attr].graph.outputs[r.attrs["index"]]
+                    assert joined(drawn, f"L{i}_{attr}_{out}", str(r.id))
+    forward = next(i for i, n in conds.items() if n.role == "forward")
+    labels = {n.get_name(): n.get("label") for n in dot_nodes(dot).values()}
+    then_out = conds[forward].attrs["then"].graph.outputs[0]
+    other_out = conds[forward].attrs["other"].graph.outputs[0]
+    assert f"it 0 = {format_value(np.sin(np.ones(3) * [1.0, 2.0, 3.0]), 4)}" in labels[f"L{forward}_then_{then_out}"]
+    assert "it 0" not in labels[f"L{forward}_other_{other_out}"]         # the branch not taken

@@ -239,3 +239,18 @@ def test_iterations_of_a_function_without_gradients_print_its_loops():
     paths = [path for path, _ in result.loops]
     assert paths[0] == () and len(paths) == 3           # the outer loop; the inner one in iterations 0 and 2
     assert "in iteration 2 of scan#" in str(result)
+
+
+def test_iterations_of_a_cond_show_the_branch_taken():
+    from tests.explain.test_loopdot import branch
+    fn, w = branch()
+    for p, name in ((1.0, "then"), (-1.0, "other")):
+        result = trace(fn, (np.ones(3), p), quiet=True, iterations=True)
+        shown = {(r.loop.role, r.attr) for _, r in result.loops}
+        assert shown == {("forward", name), ("backward", name)}
+        (cond,) = [r.loop for _, r in result.loops if r.loop.role == "forward"]
+        assert result.loop(cond, name).count == 1
+        assert result.loop(cond, "other" if name == "then" else "then").count == 0
+        sent = result.row(cond)["sends"]
+        expected = 2 * np.sin(w.value) * np.cos(w.value) if p > 0 else 2 * (np.cos(1.0) + w.value)
+        np.testing.assert_allclose(sum(s["value"] for s in sent), expected, rtol=1e-12)
