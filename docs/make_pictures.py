@@ -38,7 +38,8 @@ def polynomial():
 def rnn_loop():
     """h_t = tanh(x_t Wx + h_{t-1} Wh + b) over 50 steps by sg.scan, loss = 0.5 mean(h²), and the
     gradients of Wx, Wh and b (the reverse loop), compiled."""
-    import numpy as np      # (imported here: the lines above keep the numbers the README quotes)
+    # (imported here, not at the top: the lines above keep the numbers the README quotes)
+    import numpy as np
     rng = np.random.default_rng(0)
     X = sg.placeholder((50, 1, 3), name="X")
     Wx = sg.parameter(rng.normal(size=(3, 4)) * 0.5, name="Wx")

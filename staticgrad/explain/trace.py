@@ -301,10 +301,11 @@ def trace(fn: Function, feeds, quiet: bool = False, file=None, digits: int = 6, 
     keep = iteration_count(iterations)
     base = fn.unoptimized if fn.unoptimized is not None else fn.ir
     found = sweeps_of(base)
-    if not found and fn.unoptimized is None:
+    loops_only = not found and keep and any(is_loop(n) for n in base.nodes.values())
+    if not found and not loops_only and fn.unoptimized is None:
         raise ValueError("trace: this function was linked from a loaded graph, which keeps no record of the "
                          "backward sweep; trace the function compiled from the original tensors")
-    if not found and not (keep and any(is_loop(n) for n in base.nodes.values())):
+    if not found and not loops_only:
         raise ValueError("trace: this function has no gradient made by sg.grad among its outputs or updates, "
                          "so there is no backward sweep to show")
     records = {} if keep else None

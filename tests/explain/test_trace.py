@@ -254,3 +254,20 @@ def test_iterations_of_a_cond_show_the_branch_taken():
         sent = result.row(cond)["sends"]
         expected = 2 * np.sin(w.value) * np.cos(w.value) if p > 0 else 2 * (np.cos(1.0) + w.value)
         np.testing.assert_allclose(sum(s["value"] for s in sent), expected, rtol=1e-12)
+
+
+def test_a_loaded_function_traces_its_loops_iterations(tmp_path):
+    from tests.explain.rnn_case import numpy_rnn, rnn
+    case = rnn()
+    sg.save(case["fn"], tmp_path / "rnn.npz")
+    f = sg.load(tmp_path / "rnn.npz")
+    x = case["x"]
+    with pytest.raises(ValueError, match="loaded graph"):
+        trace(f, x)
+    result = trace(f, x, quiet=True, iterations=1)
+    assert result.sweeps == [] and len(result.loops) == 2
+    hs, _, _ = numpy_rnn(x, *[w.value for w in case["weights"]])
+    (forward,) = [r for _, r in result.loops if not r.loop.attrs["reverse"]]
+    for k, value in forward.values(forward.graph.outputs[0]):
+        np.testing.assert_allclose(value, hs[k], rtol=1e-12)
+    assert "it 4 = " in sg.to_dot(f, feeds=x, iterations=1).to_string()
