@@ -254,3 +254,37 @@ def test_a_cond_is_a_cluster_with_a_cluster_per_branch():
     other_out = conds[forward].attrs["other"].graph.outputs[0]
     assert f"it 0 = {format_value(np.sin(np.ones(3) * [1.0, 2.0, 3.0]), 4)}" in labels[f"L{forward}_then_{then_out}"]
     assert "it 0" not in labels[f"L{forward}_other_{other_out}"]         # the branch not taken
+
+
+def shrinking():
+    """v <- v w while |v|² > 0.1, counting the iterations in n; loss = sum(v) + n, and d loss / d w."""
+    x = sg.placeholder((3,), name="x")
+    w = sg.parameter(np.array(0.9), name="w")
+    v, n = sg.while_loop(lambda s: sg.sum(s[0] * s[0]) > 0.1, lambda s: (s[0] * w, s[1] + 1.0),
+                         (x, sg.constant(0.0, name="n")))
+    loss = sg.sum(v) + n
+    return sg.compile([loss] + sg.grad(loss, [w]), inputs=[x]), w
+
+
+def test_a_while_loop_and_its_tape_are_clusters_with_their_carries():
+    fn, _ = shrinking()
+    dot = to_dot(fn, stage="unoptimized")
+    graph = fn.unoptimized
+    where, drawn = clusters(dot), edges(dot)
+    whiles = {i: n for i, n in graph.nodes.items() if n.op == "while_loop"}
+    (tape,) = [i for i, n in graph.nodes.items() if n.op == "reverse_tape"]
+    assert len(whiles) == 2 and where[f"cluster_loop_{tape}"][1] == "cluster_backward"
+    for i, node in whiles.items():
+        body, test = node.attrs["body"].graph, node.attrs["cond"].graph
+        for c in range(node.attrs["n_carry"]):        # the new state goes back to both bodies
+            for attr, g in (("body", body), ("cond", test)):
+                assert any(e.get("label", "").startswith("carry") for e in
+                           drawn.get((f"L{i}_{attr}_{g.inputs[c]}", f"L{i}_body_{body.outputs[c]}"), []))
+        recording = node.attrs["record"]
+        if recording:        # the tape: the body's outputs after the state, into the loop_output that reads it
+            (reader,) = [n for n in graph.nodes.values() if n.op == "loop_output" and n.inputs == [i]
+                         and n.attrs["index"] == node.attrs["n_carry"]]
+            for e in range(recording):
+                assert joined(drawn, f"L{i}_body_{body.outputs[node.attrs['n_carry'] + e]}", str(reader.id))
+    labels = " ".join(sub.get("label") for c, (sub, _) in where.items() if c.startswith("cluster_loop"))
+    assert "while_loop (recording a tape)" in labels and "reverse_tape (over the tape, last entry first)" in labels

@@ -271,3 +271,32 @@ def test_a_loaded_function_traces_its_loops_iterations(tmp_path):
     for k, value in forward.values(forward.graph.outputs[0]):
         np.testing.assert_allclose(value, hs[k], rtol=1e-12)
     assert "it 4 = " in sg.to_dot(f, feeds=x, iterations=1).to_string()
+
+
+def test_iterations_of_a_while_loop_and_of_its_reverse_tape():
+    from tests.explain.test_loopdot import shrinking
+    fn, w = shrinking()
+    x = np.ones(3)
+    result = trace(fn, x, quiet=True, iterations=2)
+    v, vs = x, []
+    while (v * v).sum() > 0.1:
+        v = v * 0.9
+        vs.append(v)
+    loops = {r.loop.op + ("" if r.loop.role == "forward" else " " + r.loop.role): r for _, r in result.loops
+             if r.attr == "body"}
+    forward, back = loops["while_loop"], loops["reverse_tape backward"]
+    assert forward.count == back.count == len(vs) == 17
+    for k, value in forward.values(forward.graph.outputs[0]):
+        np.testing.assert_allclose(value, vs[k], rtol=1e-12)
+    # the reverse tape's running sum of dw: sum over the iterations run back of d_v(t) . v(t-1)
+    dsum = back.graph.outputs[1]
+    total, expected = 0.0, []
+    for k in range(len(vs)):
+        t = len(vs) - 1 - k
+        before = vs[t - 1] if t else x
+        total += float((0.9 ** k * np.ones(3)) @ before)
+        expected.append(total)
+    for k, value in back.values(dsum):
+        assert float(value) == pytest.approx(expected[k], rel=1e-12)
+    assert float(fn(x)[1]) == pytest.approx(expected[-1], rel=1e-12)
+    assert "while_loop" in str(result) and "cond, 18 iterations" in str(result)
