@@ -133,6 +133,19 @@ class ScanLowering:
     def runner(self, node, programs, in_shapes, out_shapes, out_dtypes):
         return ScanRunner(programs["body"], node.attrs, scan_length(node, in_shapes), out_shapes, out_dtypes)
 
+    def wiring(self, node):
+        """How its inputs, its body and its values connect (what pictures and traces draw): see
+        ``staticgrad.explain.loopinfo.Wiring``."""
+        C, X, length = node.attrs["n_carry"], node.attrs["n_xs"], node.attrs["length"]
+        ins, outs = node.attrs["body"].specs()
+        feeds = [(k, "body", k, "carry" if k < C else "slice" if k < C + X else "read") for k in range(len(ins))]
+        values = [(k, "body", k, "final" if k < C else "stacked") for k in range(len(outs))]
+        title = f"{'?' if length is None else length} steps" + (", reverse" if node.attrs["reverse"] else "")
+        if node.attrs["checkpoint"]:
+            title += f", checkpoint every {node.attrs['checkpoint']}"
+        return {"feeds": feeds, "carries": [("body", c, "body", c) for c in range(C)], "values": values,
+                "title": title}
+
 
 class ScanRunner:
     """Runs a scan in a plan: the body's program once per step, each step's outputs written into the
