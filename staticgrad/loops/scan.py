@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
-from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.broadcast import expand_dims
+from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import concatenate, zeros_like
 from ..tensor import GradError, ShapeError, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
