@@ -23,7 +23,7 @@ def loop_writer(spec):
 
 
 class LoopWriter(Writer):
-    loop: LoopSpec
+    loop = None         # (what loop_writer binds: the spec of the loop to write)
 
     def header(self, params, inputs):
         super().header(params, inputs)
@@ -75,7 +75,8 @@ class LoopWriter(Writer):
         for k in range(self.first_body_line, len(self.lines)):
             self.lines[k] = "    " + self.lines[k]
         if carries:         # (no step ran: never hand back the caller's own arrays)
-            self.lines.append(f"    if not T: ({', '.join(carries)},) = ({', '.join(f'np.array({c})' for c in carries)},)")
+            copies = ", ".join(f"np.array({c})" for c in carries)
+            self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")
         self.lines.append(f"    return [{', '.join(carries + self.stacks)}], []")
         program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {})
         program.loop = True
