@@ -86,8 +86,9 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
-    lowered = lower_loops(concrete, order, sizes,
-                          lambda body, feed, loop=None: build_program(body, feed, backend, loop=loop))
+    # (with the numba backend a body stays one program per step, whose elementwise regions are fused loops)
+    lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
+        body, feed, backend, loop=loop if backend.name != "numba" else None))
     program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop)
     _show_bodies(program, concrete, lowered)
     saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
