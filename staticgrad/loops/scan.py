@@ -145,7 +145,7 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     Y = len(body.outputs) - C
     by_id = dict(zip([t.id for t in kept], fwd[C + Y:]))
     stacked = [by_id[t.id] if t.id not in shifted else _carries_before(init[shifted[t.id][0]],
-                                                                          fwd[C + shifted[t.id][1]], reverse)
+                                                                          fwd[shifted[t.id][1]], reverse)
                for t in rev.saved]
     r_init = [g.get(c) if g.get(c) is not None else zeros_like(init[c]) for c in carries]
     r_init += [zeros_like(caps[j]) for j in range(len(caps)) if need_cap[j]]
@@ -176,10 +176,6 @@ def _shifted_carries(body, C, saved, checkpoint):
         return {}
     found = {}
     for c, p in enumerate(body.params[:C]):
-        # (static sizes only: with unknown ones the second derivative of the slice and concatenate came
-        # out wrong in tests/test_ops.py's all-unknown case; there the carries are stacked instead)
-        if None in p.shape:
-            continue
         if any(t is p for t in saved):
             k = next((k for k, y in enumerate(body.outputs[C:]) if y is body.outputs[c]), None)
             if k is not None:
