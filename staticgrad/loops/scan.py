@@ -145,7 +145,7 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     Y = len(body.outputs) - C
     by_id = dict(zip([t.id for t in kept], fwd[C + Y:]))
     stacked = [by_id[t.id] if t.id not in shifted else _carries_before(init[shifted[t.id][0]],
-                                                                          fwd[C + shifted[t.id][1]], reverse)
+                                                                          fwd[shifted[t.id][1]], reverse)
                for t in rev.saved]
     r_init = [g.get(c) if g.get(c) is not None else zeros_like(init[c]) for c in carries]
     r_init += [zeros_like(caps[j]) for j in range(len(caps)) if need_cap[j]]
