@@ -1,0 +1,229 @@
+"""One model function run four ways, each checked against the others.
+
+A model is written once as ``model(m, *inputs)`` over a namespace ``m`` (``m.scan``, ``m.tanh``, ...) and
+returns a pytree of outputs. :func:`check` runs it on placeholders (compiled with the default passes and
+with ``optimize=False``), on eager tensors, on numpy arrays with a plain Python loop for ``m.scan`` (the
+reference), and on torch tensors where torch is installed; it compares the values, and the gradients of
+a fixed weighted sum of the float outputs against central differences of the numpy reference, against
+eager mode's and against torch autograd's.
+"""
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+
+import numpy as np
+
+import staticgrad as sg
+from staticgrad import eager
+from staticgrad.testing import check_grads, numerical_grad
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+# ------------------------------------------------------------------ pytrees, independently of sg.loops
+def tree_leaves(tree):
+    if tree is None:
+        return []
+    if isinstance(tree, (tuple, list)):
+        return [leaf for x in tree for leaf in tree_leaves(x)]
+    if isinstance(tree, dict):
+        return [leaf for k in sorted(tree) for leaf in tree_leaves(tree[k])]
+    return [tree]
+
+
+def tree_map(fn, *trees):
+    first = trees[0]
+    if first is None:
+        return None
+    if isinstance(first, (tuple, list)):
+        return type(first)(tree_map(fn, *parts) for parts in zip(*trees))
+    if isinstance(first, dict):
+        return {k: tree_map(fn, *(t[k] for t in trees)) for k in first}
+    return fn(*trees)
+
+
+def reference_scan(stack, zeros):
+    """jax.lax.scan's semantics as a plain Python loop (``stack`` stacks a list of arrays on a new axis 0;
+    ``zeros(shape, like)`` makes the zero slice a zero-step loop traces its ``fn`` on for the ys' shapes)."""
+    def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
+        leaves = tree_leaves(xs)
+        steps = length if not leaves else len(leaves[0])
+        carry, ys = init, [None] * steps
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            carry, ys[t] = fn(carry, tree_map(lambda v: v[t], xs))
+        if steps == 0:
+            _, y = fn(init, tree_map(lambda v: zeros(v.shape[1:], v), xs))
+            return carry, tree_map(lambda v: stack([v])[:0], y)
+        return carry, tree_map(lambda *v: stack(list(v)), *ys)
+    return scan
+
+
+def _np_cast(x, dtype):
+    return np.asarray(x).astype(dtype)
+
+
+NP = SimpleNamespace(
+    name="numpy", scan=reference_scan(np.stack, lambda shape, like: np.zeros(shape, like.dtype)),
+    tanh=np.tanh, sin=np.sin, cos=np.cos, exp=np.exp, sqrt=np.sqrt, sum=np.sum, maximum=np.maximum,
+    cast=_np_cast, const=np.asarray, zeros=np.zeros, stack=np.stack, where=np.where)
+
+SG = SimpleNamespace(
+    name="staticgrad", scan=sg.scan, tanh=sg.tanh, sin=sg.sin, cos=sg.cos, exp=sg.exp, sqrt=sg.sqrt,
+    sum=sg.sum, maximum=sg.maximum, cast=sg.cast, const=sg.constant,
+    zeros=lambda shape, dtype=float: sg.constant(np.zeros(shape, dtype)), stack=sg.stack, where=sg.where)
+
+
+def torch_namespace():
+    import torch
+
+    def tsum(x, axis=None):
+        return torch.sum(x) if axis is None else torch.sum(x, dim=axis)
+
+    def cast(x, dtype):
+        return x.to(getattr(torch, np.dtype(dtype).name))
+
+    def const(v):
+        return torch.as_tensor(np.asarray(v))
+
+    def zeros(shape, dtype=float):
+        return torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name))
+
+    return SimpleNamespace(
+        name="torch", scan=reference_scan(torch.stack, lambda shape, like: torch.zeros(shape, dtype=like.dtype)),
+        tanh=torch.tanh, sin=torch.sin, cos=torch.cos, exp=torch.exp, sqrt=torch.sqrt, sum=tsum,
+        maximum=torch.maximum, cast=cast, const=const, zeros=zeros, stack=torch.stack, where=torch.where)
+
+
+# ------------------------------------------------------------------ comparing
+def tolerance(dtype):
+    return (1e-5, 1e-6) if np.dtype(dtype) == np.float32 else (1e-10, 1e-12)
+
+
+def assert_same(got, want, what):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    rtol, atol = tolerance(want.dtype)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
+
+
+def weights_for(ref_leaves, seed=1):
+    """A fixed random weight per float output (the gradient checked is that of sum(w * out))."""
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.5, 1.5, np.shape(v)).astype(np.asarray(v).dtype) if np.asarray(v).dtype.kind == "f"
+            else None for v in ref_leaves]
+
+
+def weighted_sum(leaves, weights, total_sum, as_const):
+    total = None
+    for v, w in zip(leaves, weights):
+        if w is not None:
+            term = total_sum(v * as_const(w))
+            total = term if total is None else total + term
+    return total
+
+
+def placeholders(arrays, unknown=()):
+    """One placeholder per array, float ones requiring grad; ``unknown`` lists inputs whose first size
+    is left unknown (fed at run time)."""
+    return [sg.placeholder(((None,) + a.shape[1:]) if k in unknown else a.shape, dtype=a.dtype, name=f"a{k}",
+                           requires_grad=a.dtype.kind == "f") for k, a in enumerate(arrays)]
+
+
+def compiled_values(model, arrays, unknown=()):
+    """{optimize: outputs} of the model compiled with and without the passes, and the optimized Function."""
+    phs = placeholders(arrays, unknown)
+    outs = tree_leaves(model(SG, *phs))
+    result, fns = {}, {}
+    for opt in (True, False):
+        fns[opt] = sg.compile(outs, inputs=phs, optimize=opt)
+        result[opt] = fns[opt](*arrays)
+    return result, fns[True]
+
+
+def check(model, *arrays, unknown=(), order=1, grads=True, torch=True, eager_mode=True, seed=1):
+    """Run ``model`` every way on ``arrays`` and compare (see the module's docstring). ``order=2`` also
+    runs staticgrad.testing.check_grads to second order (inputs of known shapes only). Returns the
+    Function compiled with the default passes."""
+    arrays = [np.asarray(a) for a in arrays]
+    ref = [np.asarray(v) for v in tree_leaves(model(NP, *arrays))]
+    got, fn = compiled_values(model, arrays, unknown)
+    for opt, values in got.items():
+        assert len(values) == len(ref), f"optimize={opt}: {len(values)} outputs, expected {len(ref)}"
+        for k, (g, r) in enumerate(zip(values, ref)):
+            assert_same(g, r, f"output {k} (optimize={opt})")
+    if eager_mode:
+        for k, (g, r) in enumerate(zip(eager_values(model, arrays), ref)):
+            assert_same(g, r, f"output {k} (eager)")
+    float_in = [k for k, a in enumerate(arrays) if a.dtype.kind == "f"]
+    weights = weights_for(ref, seed)
+    if not grads or not float_in or all(w is None for w in weights):
+        return fn
+    static = static_grads(model, arrays, weights, unknown)
+    numeric = reference_grads(model, arrays, weights)
+    for k, g in zip(float_in, static[True]):
+        assert_close_grad(g, numeric[k], arrays[k].dtype, f"d/d input {k} against finite differences")
+    for k, (a, b) in enumerate(zip(static[True], static[False])):
+        assert_same(a, b, f"gradient {k}: optimize=True against optimize=False")
+    if eager_mode:
+        for k, (g, e) in enumerate(zip(static[True], eager_grads(model, arrays, weights))):
+            assert_same(g, e, f"gradient of input {float_in[k]}: compiled against eager")
+    if torch and HAS_TORCH:
+        for k, (g, t) in enumerate(zip(static[True], torch_grads(model, arrays, weights))):
+            assert_same(g, t, f"gradient of input {float_in[k]}: compiled against torch")
+    if order >= 2:
+        check_grads(lambda *a: weighted_sum(tree_leaves(model(SG, *a)), weights, sg.sum, sg.constant), arrays,
+                    order=order)
+    return fn
+
+
+def assert_close_grad(got, numeric, dtype, what):
+    got = np.asarray(got)
+    assert got.shape == numeric.shape and got.dtype == dtype, f"{what}: {got.shape} {got.dtype}"
+    if dtype == np.float32:
+        np.testing.assert_allclose(got, numeric, rtol=2e-2, atol=2e-2, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-7, err_msg=what)
+
+
+def eager_values(model, arrays):
+    ins = [eager.tensor(a.copy(), requires_grad=a.dtype.kind == "f") for a in arrays]
+    return [np.asarray(v.numpy()) for v in tree_leaves(model(SG, *ins))]
+
+
+def static_grads(model, arrays, weights, unknown=()):
+    """{optimize: gradients of sum(w * out) with respect to each float input}, compiled."""
+    phs = placeholders(arrays, unknown)
+    loss = weighted_sum(tree_leaves(model(SG, *phs)), weights, sg.sum, sg.constant)
+    wrt = [p for p in phs if p.dtype.kind == "f"]
+    grads = sg.grad(loss, wrt)
+    return {opt: sg.compile(grads, inputs=phs, optimize=opt)(*arrays) for opt in (True, False)}
+
+
+def reference_grads(model, arrays, weights):
+    """Central differences of the numpy reference's sum(w * out), per float input (in float64)."""
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
+
+    def loss(*a):
+        return weighted_sum([np.asarray(v) for v in tree_leaves(model(NP, *a))], weights, np.sum, np.asarray)
+
+    return {k: numerical_grad(loss, wide, k, 1e-6).astype(a.dtype) for k, a in enumerate(arrays)
+            if a.dtype.kind == "f"}
+
+
+def eager_grads(model, arrays, weights):
+    ins = [eager.tensor(a.copy(), requires_grad=a.dtype.kind == "f") for a in arrays]
+    loss = weighted_sum(tree_leaves(model(SG, *ins)), weights, sg.sum, sg.constant)
+    return [g.numpy() for g in eager.grad(loss, [x for x in ins if x.dtype.kind == "f"])]
+
+
+def torch_grads(model, arrays, weights):
+    import torch
+    tm = torch_namespace()
+    ins = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    loss = weighted_sum(tree_leaves(model(tm, *ins)), weights, torch.sum, torch.as_tensor)
+    wrt = [x for x in ins if x.requires_grad]
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    return [np.zeros(w.shape, a.dtype) if g is None else g.detach().numpy()
+            for g, w, a in zip(grads, wrt, [a for a in arrays if a.dtype.kind == "f"])]
