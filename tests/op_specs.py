@@ -521,4 +521,24 @@ spec("scan", lambda h0, xs, w: _rnn(h0, xs, w, reverse=True)[1], RNN_INPUTS,
      lambda h0, xs, w: _rnn_ref(h0, xs, w, reverse=True)[1], tag="reverse")
 spec("loop_output", lambda h0, xs, w: _rnn(h0, xs, w)[0], RNN_INPUTS, lambda h0, xs, w: _rnn_ref(h0, xs, w)[0])
 
+
+
+def _branchy(p, x, w):
+    """sin(x) * w where p > 0, else x * x + sum(w) (both branches read an outer value)."""
+    return sg.cond(p > 0, lambda a: sg.sin(a) * w, lambda a: a * a + w.sum(), x)
+
+
+def _branchy_ref(p, x, w):
+    return np.sin(x) * w if p > 0 else x * x + w.sum()
+
+
+def _branchy_torch(T, p, x, w):
+    return T.sin(x) * w if p > 0 else x * x + w.sum()
+
+
+spec("cond", _branchy, inputs(lambda rng: np.array(0.7), normal(2, 3), normal(3)), _branchy_ref,
+     torch=_branchy_torch, tag="true")
+spec("cond", _branchy, inputs(lambda rng: np.array(-0.7), normal(2, 3), normal(3)), _branchy_ref,
+     torch=_branchy_torch, tag="false")
+
 OP_SPECS: list[OpSpec] = SPECS

@@ -5,7 +5,8 @@ user's functions once into :class:`body.Body` subgraphs held by one graph node; 
 simply runs as Python control flow, so one model function runs in both modes.
 """
 from .body import Body
+from .branch import cond
 from .pytree import flatten, unflatten
 from .scan import scan
 
-__all__ = ["Body", "flatten", "scan", "unflatten"]
+__all__ = ["Body", "cond", "flatten", "scan", "unflatten"]

@@ -173,13 +173,11 @@ def _output_infer(inputs, index, shape=None, dtype=None):
 
 def loop_output(loop, index):
     """Value ``index`` of a loop node (its final carries, then its stacked outputs, for a scan)."""
-    shape, dtype = loop.attrs["body"].outputs[index].shape, loop.attrs["body"].outputs[index].dtype
-    if index >= loop.attrs["n_carry"]:
-        shape = (loop.attrs["length"],) + shape
-    return apply("loop_output", (loop,), {"index": index, "shape": shape, "dtype": dtype})
+    shape, dtype = REGISTRY[loop.op].lowering.values(loop)[index]
+    return apply("loop_output", (loop,), {"index": index, "shape": shape, "dtype": dtype}, source=loop.source)
 
 
-def _publish(opdef, fn):
+def publish(opdef, fn):
     """Export an op registered here (above the ops package) as ops' own are: ``sg.ops.<name>``."""
     opdef.publish(fn)
     ops_package.OPS[opdef.name] = fn
@@ -197,6 +195,6 @@ def register(scan_fn, scan_vjp, output_vjp):
     out = defop("loop_output", _pick, _output_infer, vjp=output_vjp, public=False, flops=0,
                 doc="One of the values a loop makes (its index among them).",
                 unsupported={"scalar": "reads a loop's values", "torch": "reads a loop's values"})
-    _publish(scan, scan_fn)
-    _publish(out, loop_output)
+    publish(scan, scan_fn)
+    publish(out, loop_output)
     return scan, out

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
-from ..ops.registry import apply, as_tensor
+from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, outputs_as_tensors, trace
-from .ops import register
+from .ops import loop_output, register
 from .pytree import flatten, unflatten
 
 
@@ -98,14 +98,9 @@ def _check_carry(new, init_tree, init_t, source):
     return out
 
 
-def loop_outputs(node, body, length, source):
-    """One ``loop_output`` per value of a scan node: final carries, then the stacked ``y``s."""
-    C = node.attrs["n_carry"]
-    outs = []
-    for k, o in enumerate(body.outputs):
-        shape = o.shape if k < C else (length,) + o.shape
-        outs.append(apply("loop_output", (node,), {"index": k, "shape": shape, "dtype": o.dtype}, source=source))
-    return outs
+def loop_outputs(node, body=None, length=None, source=None):
+    """One ``loop_output`` per value of a loop node (a scan's: final carries, then the stacked ``y``s)."""
+    return [loop_output(node, k) for k in range(len(REGISTRY[node.op].lowering.values(node)))]
 
 
 def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source):

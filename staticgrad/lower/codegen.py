@@ -187,7 +187,7 @@ class Writer:
     def header(self, params, inputs):
         nodes, arg_names = self.nodes, []
         for k, i in enumerate(inputs):
-            name = identifier(nodes[i].name, self.taken) or f"in{k}"
+            name = identifier(nodes[i].name, self.taken) or _unused(f"in{k}", self.taken)
             self.taken.add(name)
             self.names[i] = name
             arg_names.append(name)
@@ -335,6 +335,15 @@ class Writer:
         outs, ups, handoff = self.results()
         self.lines.append(self.return_line(outs, ups))
         return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, handoff)
+
+
+def _unused(name, taken):
+    """``name``, or with a suffix when a user's name took it (a placeholder named "in1")."""
+    k = 0
+    while name in taken:
+        k += 1
+        name = f"{name}x{k}"
+    return name
 
 
 def _pairs(nodes, order, memory, fused):

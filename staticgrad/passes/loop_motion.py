@@ -54,6 +54,7 @@ class _Scan:
 
 
 def _splice(graph, i, before, scan, after, index, replace):
+    made = [n.id for n in before] + [n.id for n in after]     # (in order: each after its inputs)
     nodes, mapping = {}, {}
     for j, node in graph.nodes.items():
         if j == i:
@@ -74,6 +75,12 @@ def _splice(graph, i, before, scan, after, index, replace):
         if any(x in mapping for x in node.inputs):
             node = node.copy(inputs=[mapping.get(x, x) for x in node.inputs])
         nodes[j] = node
+    for j in made:
+        # (a node made here states what its op's shape rule gives on its inputs: the sizes the body knew
+        # may be fewer than those of the values outside, and a saved file is checked against the rule)
+        node = nodes[j]
+        if node.inputs:
+            node.shape, node.dtype = REGISTRY[node.op].infer([nodes[x] for x in node.inputs], **node.attrs)
     return Graph(nodes, [mapping.get(o, o) for o in graph.outputs],
                  [(p, mapping.get(e, e)) for p, e in graph.updates], graph.inputs)
 
