@@ -9,11 +9,16 @@ gradients of the values every step reads (weights) are carried as running sums.
 """
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
+from .. import eager
 from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
 from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import zeros_like
-from ..tensor import GradError, ShapeError, _ids, format_shape, user_frame
+from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, outputs_as_tensors, trace
 from .ops import loop_output, register
 from .pytree import flatten, unflatten
@@ -35,7 +40,7 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
     if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
         raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
     if any(is_eager(v) for v in init_leaves + xs_leaves):
-        return _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source)
+        return _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
     init_t = [as_tensor(v) for v in init_leaves]
     xs_t = [as_tensor(v) for v in xs_leaves]
     length = _static_length(xs_t, length, source)
@@ -66,20 +71,34 @@ def _name(t, default, suffix=""):
 
 
 def _static_length(xs_t, length, source):
-    sizes = {x.shape[0] for x in xs_t if x.ndim == 0 or x.shape[0] is not None} if xs_t else set()
+    """The number of steps xs and ``length`` agree on (None: known when the function runs)."""
     for x in xs_t:
         if x.ndim == 0:
-            raise ShapeError(f"scan: xs leaves need a leading axis to loop over; got a 0-d {x.label()} "
+            raise ShapeError(f"scan: xs leaves need a leading axis to loop over; got a 0-d {_label(x)} "
                              f"(at {source})")
+    sizes = {x.shape[0] for x in xs_t if x.shape[0] is not None}
     if length is not None:
-        if not isinstance(length, int) or length < 0:
-            raise ValueError(f"scan: length must be a non-negative int, got {length!r} (at {source})")
-        sizes.add(length)
+        sizes.add(_count(length, source))
     if len(sizes) > 1:
         raise ShapeError(f"scan: xs and length disagree on the number of steps: {sorted(sizes)} (at {source})")
     if not xs_t and length is None:
         raise ValueError(f"scan: give xs or length (at {source})")
     return sizes.pop() if sizes else None
+
+
+def _count(length, source):
+    """``length`` as a Python int (numpy's integers too), if it is a non-negative integer."""
+    try:
+        n = operator.index(length) if not isinstance(length, (bool, np.bool_)) else -1
+    except TypeError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"scan: length must be a non-negative int, got {length!r} (at {source})")
+    return n
+
+
+def _label(x):
+    return x.label() if isinstance(x, Tensor) else f"{type(x).__name__} {x!r:.40}"
 
 
 def _check_carry(new, init_tree, init_t, source):
@@ -103,22 +122,52 @@ def loop_outputs(node, body=None, length=None, source=None):
     return [loop_output(node, k) for k in range(len(REGISTRY[node.op].lowering.values(node)))]
 
 
-def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source):
-    """The same loop run in Python on eager tensors (define-by-run: each step is taped as it runs)."""
+def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, source):
+    """The same loop run in Python on eager tensors (define-by-run: each step is taped as it runs), with
+    the checks of the traced loop (a carry keeps its structure, shapes and dtypes; y keeps its structure)."""
     from .. import ops
-    steps = length if not xs_leaves else len(xs_leaves[0])
-    if length is not None and xs_leaves and length != steps:
-        raise ShapeError(f"scan: xs has {steps} steps, length says {length} (at {source})")
-    carry, ys = unflatten(init_tree, init_leaves), [None] * steps
-    y_tree = None
+    init_t = [_as_eager(v, source) for v in init_leaves]
+    xs_t = [_as_eager(v, source) for v in xs_leaves]
+    steps = _static_length(xs_t, length, source)
+    carry, ys, y_tree = unflatten(init_tree, init_t), [None] * steps, None
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        x = unflatten(xs_tree, [v[t] for v in xs_leaves]) if xs_leaves else None
-        carry, y = fn(carry, x)
-        ys[t], y_tree = flatten(y)
-    if y_tree is None or not ys or y_tree.size == 0:
-        return carry, (None if y_tree is None else unflatten(y_tree, []))
+        x = unflatten(xs_tree, [v[t] for v in xs_t]) if xs is not None else None
+        new, y = _pair(fn(carry, x), source)
+        carry = unflatten(init_tree, [_as_eager(v, source) for v in _check_carry(new, init_tree, init_t, source)])
+        leaves, tree = flatten(y)
+        if y_tree is not None and tree != y_tree:
+            raise TypeError(f"scan: fn returned a y of structure {y_tree!r}, then one of {tree!r}; every step's "
+                            f"y has one structure (at {source})")
+        y_tree, ys[t] = tree, [_as_eager(v, source) for v in outputs_as_tensors(leaves, what="scan: y leaf")]
+    if steps == 0:
+        return carry, _no_steps(fn, init_t, init_tree, xs_t, xs_tree, xs, source)
     stacked = [ops.stack([ys[t][k] for t in range(steps)]) for k in range(y_tree.size)]
     return carry, unflatten(y_tree, stacked)
+
+
+def _pair(result, source):
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"scan: fn must return (carry, y), got {type(result).__name__} (at {source})")
+    return result
+
+
+def _as_eager(v, source):
+    """An eager tensor for a leaf of an eager loop (constants and numbers become eager leaves)."""
+    if is_eager(v):
+        return v
+    return eager.tensor(eager._static_value(as_tensor(v), "scan"))
+
+
+def _no_steps(fn, init_t, init_tree, xs_t, xs_tree, xs, source):
+    """The ys of a loop of no steps: empty stacks of what ``fn`` makes, found (as a traced loop finds
+    them) by running it once, untaped, on the initial carry and a zero slice."""
+    zero = [eager.tensor(np.zeros(v.shape[1:], v.dtype)) for v in xs_t]
+    with eager.no_grad():
+        _, y = _pair(fn(unflatten(init_tree, init_t), unflatten(xs_tree, zero) if xs is not None else None),
+                     source)
+    leaves, tree = flatten(y)
+    ys = [_as_eager(v, source) for v in outputs_as_tensors(leaves, what="scan: y leaf")]
+    return unflatten(tree, [eager.tensor(np.zeros((0,) + v.shape, v.dtype)) for v in ys])
 
 
 # ------------------------------------------------------------------ the VJP: a reverse scan

@@ -73,6 +73,10 @@ SG = SimpleNamespace(
     sum=sg.sum, maximum=sg.maximum, cast=sg.cast, const=sg.constant,
     zeros=lambda shape, dtype=float: sg.constant(np.zeros(shape, dtype)), stack=sg.stack, where=sg.where)
 
+# Eager runs make their constants eager tensors (a constant in eager mode stays symbolic: its sums would too)
+EAGER = SimpleNamespace(**dict(vars(SG), name="eager", const=lambda v: eager.tensor(np.asarray(v)),
+                               zeros=lambda shape, dtype=float: eager.tensor(np.zeros(shape, dtype))))
+
 
 def torch_namespace():
     import torch
@@ -154,7 +158,9 @@ def check(model, *arrays, unknown=(), order=1, grads=True, torch=True, eager_mod
         for k, (g, r) in enumerate(zip(values, ref)):
             assert_same(g, r, f"output {k} (optimize={opt})")
     if eager_mode:
-        for k, (g, r) in enumerate(zip(eager_values(model, arrays), ref)):
+        values = eager_values(model, arrays)
+        assert len(values) == len(ref), f"eager: {len(values)} outputs, expected {len(ref)}"
+        for k, (g, r) in enumerate(zip(values, ref)):
             assert_same(g, r, f"output {k} (eager)")
     float_in = [k for k, a in enumerate(arrays) if a.dtype.kind == "f"]
     weights = weights_for(ref, seed)
@@ -189,7 +195,10 @@ def assert_close_grad(got, numeric, dtype, what):
 
 def eager_values(model, arrays):
     ins = [eager.tensor(a.copy(), requires_grad=a.dtype.kind == "f") for a in arrays]
-    return [np.asarray(v.numpy()) for v in tree_leaves(model(SG, *ins))]
+    out = tree_leaves(model(EAGER, *ins))
+    for k, v in enumerate(out):
+        assert eager.is_eager(v), f"eager output {k} is {v!r}, not an eager tensor"
+    return [v.numpy() for v in out]
 
 
 def static_grads(model, arrays, weights, unknown=()):
@@ -214,7 +223,7 @@ def reference_grads(model, arrays, weights):
 
 def eager_grads(model, arrays, weights):
     ins = [eager.tensor(a.copy(), requires_grad=a.dtype.kind == "f") for a in arrays]
-    loss = weighted_sum(tree_leaves(model(SG, *ins)), weights, sg.sum, sg.constant)
+    loss = weighted_sum(tree_leaves(model(EAGER, *ins)), weights, sg.sum, sg.constant)
     return [g.numpy() for g in eager.grad(loss, [x for x in ins if x.dtype.kind == "f"])]
 
 

@@ -7,7 +7,7 @@ import pytest
 import staticgrad as sg
 from staticgrad import eager
 
-from .harness import SG, check, tree_leaves
+from .harness import SG, check
 
 R = np.random.default_rng(7)
 
@@ -180,3 +180,393 @@ def test_xs_of_unknown_length_that_disagree_at_run_time_raise(optimize):
     with pytest.raises(sg.ShapeError, match=r"scan .*lengths") as err:
         fn(np.ones((3, 2)), np.ones((4, 2)))
     assert "test_scan.py:" in str(err.value)
+
+
+# ------------------------------------------------------------------ integer carries and xs
+def test_integer_step_counter_mixed_with_float_carry():
+    def model(m, X, w):
+        def step(c, x):
+            k, s = c
+            return (k + 1, s * w + x * m.cast(k, "float64")), k * 2
+        return m.scan(step, (m.const(np.int64(0)), m.zeros(3)), xs=X)
+    check(model, rand(4, 3), rand(3), order=2)
+
+
+def test_integer_counter_alone_with_length():
+    def model(m, a):
+        def step(c, _):
+            k, s = c
+            return (k + 1, s + a * m.cast(k, "float64")), k
+        return m.scan(step, (m.const(np.int32(3)), m.zeros(2)), length=4)
+    check(model, rand(2))
+
+
+def test_integer_xs():
+    def model(m, idx, w):
+        def step(s, i):
+            return s + w * m.cast(i, "float64"), i * i
+        return m.scan(step, w * 0.0, xs=idx)
+    check(model, np.array([[1, 2], [3, -4], [0, 5]], np.int64), rand(2))
+
+
+def test_boolean_mask_in_xs_selects_updates():
+    def model(m, X, M, c0):
+        return m.scan(lambda c, xm: (m.where(xm[1], c * xm[0], c), c), c0, xs=(X, M))
+    check(model, rand(5, 3), R.uniform(size=(5, 3)) > 0.5, rand(3))
+
+
+# ------------------------------------------------------------------ what the gradient flows to
+def test_gradients_of_init_xs_and_captured_parameters():
+    W0, b0 = rand(3, 3), rand(3)
+    W, b = sg.parameter(W0.copy(), name="W"), sg.parameter(b0.copy(), name="b")
+    X = sg.placeholder((4, 2, 3), name="X", requires_grad=True)
+    h0 = sg.placeholder((2, 3), name="h0", requires_grad=True)
+    hT, hs = sg.scan(lambda h, x: (sg.tanh(x @ W + h * b), h), h0, xs=X)
+    loss = sg.sum(hT * hT) + sg.sum(sg.sin(hs))
+    wrt = [X, h0, W, b]
+    grads = sg.grad(loss, wrt)
+    fn = sg.compile([loss] + grads, inputs=[X, h0])
+    fn_plain = sg.compile([loss] + grads, inputs=[X, h0], optimize=False)
+    X0, h00 = rand(4, 2, 3), rand(2, 3)
+
+    def np_loss(X, h0, W, b):
+        h, total = h0, 0.0
+        for x in X:
+            total += np.sum(np.sin(h))
+            h = np.tanh(x @ W + h * b)
+        return total + np.sum(h * h)
+    args = [X0, h00, W0, b0]
+    got, plain = fn(X0, h00), fn_plain(X0, h00)
+    assert got[0] == pytest.approx(np_loss(*args), rel=1e-12)
+    for k in range(4):
+        numeric = sg.testing.numerical_grad(np_loss, args, k, 1e-6)
+        np.testing.assert_allclose(got[1 + k], numeric, rtol=1e-6, atol=1e-8, err_msg=wrt[k].label())
+        np.testing.assert_allclose(got[1 + k], plain[1 + k], rtol=1e-12, atol=1e-14)
+
+
+def test_gradient_of_a_tensor_computed_before_the_loop():
+    def model(m, X, A):
+        B = m.sin(A) * 2.0 + A @ A           # an intermediate captured by the body
+        return m.scan(lambda h, x: (m.tanh(h @ B + x), h), m.zeros(3), xs=X)
+    check(model, rand(4, 3), rand(3, 3), order=2)
+
+
+def test_work_on_outer_values_only_is_hoisted_when_traced_and_differentiated():
+    def model(m, X, A, v):
+        def step(h, x):
+            B = m.exp(A * 0.5) @ A           # reads no carry and no x: computed once, before the loop
+            u = m.sum(v * v)
+            return m.tanh(h @ B + x * u), h
+        return m.scan(step, m.zeros(3), xs=X)
+    check(model, rand(4, 3), rand(3, 3), rand(3), order=2)
+    hT, _ = model(SG, sg.placeholder((4, 3)), sg.placeholder((3, 3)), sg.placeholder((3,)))
+    assert hT.inputs[0].attrs["body"].hoisted >= 2
+
+
+def test_the_same_value_captured_and_fed_as_init_and_xs():
+    def model(m, V):
+        return m.scan(lambda c, x: (c * x + V[0], c * V[1]), V[0], xs=V)
+    check(model, rand(3, 3), order=2)
+
+
+def test_gradient_only_through_some_outputs():
+    X0, c00 = rand(5, 3), rand(3)
+    for pick in ("carry", "ys", "last_y"):
+        def model(m, X, c0, pick=pick):
+            c, ys = m.scan(lambda c, x: (m.sin(c) + x, c * x), c0, xs=X)
+            return {"carry": c, "ys": ys, "last_y": ys[-1]}[pick]
+        check(model, X0, c00)
+
+
+# ------------------------------------------------------------------ bodies that ignore or pass on their carry
+def test_body_that_does_not_use_its_carry():
+    def model(m, X, W, c0):
+        return m.scan(lambda c, x: (m.tanh(x @ W), m.sin(x) * 2.0), c0, xs=X)
+    check(model, rand(4, 3), rand(3, 3), rand(3), order=2)
+
+
+def test_body_that_returns_its_carry_unchanged():
+    def model(m, X, c0):
+        return m.scan(lambda c, x: (c, c * x + m.sin(x)), c0, xs=X)
+    check(model, rand(4, 3), rand(3), order=2)
+
+
+def test_body_returning_carry_unchanged_and_no_y():
+    def model(m, X, c0):
+        return m.scan(lambda c, x: (c, None), c0, xs=X)
+    check(model, rand(4, 3), rand(3))
+
+
+def test_ys_are_the_new_carry():
+    def model(m, X, c0):
+        def step(c, x):
+            c = m.sin(c) * x
+            return c, c
+        return m.scan(step, c0, xs=X)
+    check(model, rand(4, 3), rand(3), order=2)
+
+
+def test_ys_are_the_old_carry_and_carries_swap():
+    def model(m, X, a0, b0):
+        return m.scan(lambda c, x: ((c[1], c[0] * x), (c[0], c)), (a0, b0), xs=X)
+    check(model, rand(5, 3), rand(3), rand(3), order=2)
+
+
+def test_carry_leaf_reset_to_a_python_number():
+    def model(m, X, c0):
+        return m.scan(lambda c, x: ((c[0] + x, 0.0), c[1] + m.sum(x)), (c0, m.sum(c0)), xs=X)
+    check(model, rand(3, 2), rand(2))
+
+
+def test_body_with_no_work_at_all():
+    def model(m, X, c0):
+        return m.scan(lambda c, x: (c, x), c0, xs=X)
+    check(model, rand(4, 3), rand(3))
+
+
+# ------------------------------------------------------------------ scans in scans, scans sharing a body
+def test_scan_inside_a_scan():
+    def model(m, X, W, h0):
+        def row(h, xrow):
+            def cell(a, x):
+                a = m.tanh(a * h + x @ W)         # the inner body reads the outer carry
+                return a, a * x
+            a, inner = m.scan(cell, h * 0.5, xs=xrow)
+            return h + a, m.sum(inner, axis=0)
+        return m.scan(row, h0, xs=X)
+    check(model, rand(3, 4, 2), rand(2, 2), rand(2), order=2)
+
+
+def test_scan_inside_a_scan_reverse_and_length():
+    def model(m, X, a):
+        def outer(c, x):
+            inner_c, inner_ys = m.scan(lambda d, _: (d * a + x, d), c, length=3, reverse=True)
+            return inner_c, inner_ys[0] + inner_ys[2]
+        return m.scan(outer, a, xs=X, reverse=True)
+    check(model, rand(4, 2), rand(2), order=2)
+
+
+def test_two_scans_sharing_a_body_function():
+    def model(m, X, Y, W):
+        def step(h, x):
+            return m.tanh(h @ W + x), h
+        a, ys_a = m.scan(step, m.zeros(3), xs=X)
+        b, ys_b = m.scan(step, a, xs=Y)
+        c, ys_c = m.scan(step, m.zeros(3), xs=X)          # the same loop as the first, traced again
+        return a, b, c, ys_a, ys_b, ys_c
+    check(model, rand(4, 3), rand(2, 3), rand(3, 3), order=2)
+
+
+def test_one_scan_feeding_another_by_its_ys_and_carry():
+    def model(m, X, w):
+        c, hs = m.scan(lambda c, x: (m.sin(c + x), c * w), w, xs=X)
+        return m.scan(lambda d, h: (d * c + h, d), c, xs=hs, reverse=True)
+    check(model, rand(5, 3), rand(3), order=2)
+
+
+# ------------------------------------------------------------------ grad more than once, and of grads
+def _rnn_graph():
+    X = sg.placeholder((4, 3), name="X", requires_grad=True)
+    W = sg.placeholder((3, 3), name="W", requires_grad=True)
+    _, hs = sg.scan(lambda h, x: (sg.tanh(h @ W + x), h), sg.constant(np.full(3, 0.1)), xs=X)
+    return X, W, sg.sum(hs * hs)
+
+
+def test_grad_called_twice_on_one_scan():
+    X, W, loss = _rnn_graph()
+    g1 = sg.grad(loss, [W])
+    g2 = sg.grad(loss, [X, W])
+    g3 = sg.grad(loss, [X])
+    X0, W0 = rand(4, 3), rand(3, 3)
+    for opt in (True, False):
+        out = sg.compile([loss] + g1 + g2 + g3, inputs=[X, W], optimize=opt)(X0, W0)
+        np.testing.assert_allclose(out[1], out[3], rtol=1e-12)
+        np.testing.assert_allclose(out[2], out[4], rtol=1e-12)
+        np.testing.assert_allclose(out[1], sg.testing.numerical_grad(_np_rnn_loss, [X0, W0], 1, 1e-6), rtol=1e-6)
+    fn = sg.compile([loss] + g1 + g2 + g3, inputs=[X, W])
+    loops = [n for n in fn.ir.nodes.values() if n.op == "scan"]
+    assert len(loops) <= 4 and sum(not n.attrs["reverse"] for n in loops) == 1    # one forward loop
+
+
+def _np_rnn_loss(X, W):
+    h, total = np.full(3, 0.1), 0.0
+    for x in X:
+        total += np.sum(h * h)
+        h = np.tanh(h @ W + x)
+    return total
+
+
+def test_hessian_vector_product_through_a_scan():
+    X, W, loss = _rnn_graph()
+    V = sg.placeholder((3, 3), name="V")
+    (gW,) = sg.grad(loss, [W])
+    hvp = sg.grad(sg.sum(gW * V), [W, X])
+    X0, W0, V0 = rand(4, 3), rand(3, 3), rand(3, 3)
+    got = {opt: sg.compile(hvp, inputs=[X, W, V], optimize=opt)(X0, W0, V0) for opt in (True, False)}
+    grad_fn = sg.compile(gW, inputs=[X, W], optimize=False)
+    for k, (args, index) in enumerate((([X0, W0], 1), ([X0, W0], 0))):
+        numeric = sg.testing.numerical_grad(lambda X, W: np.sum(grad_fn(X, W) * V0), args, index, 1e-5)
+        np.testing.assert_allclose(got[True][k], numeric, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(got[True][k], got[False][k], rtol=1e-10, atol=1e-12)
+
+
+def test_third_order_through_a_scan():
+    def f(a):
+        c, _ = sg.scan(lambda c, _: (sg.sin(c) * a, None), a, length=3)
+        return c
+    sg.testing.check_grads(f, [np.array(0.7)], order=3)
+
+
+def test_grad_of_grad_against_torch():
+    torch = pytest.importorskip("torch")
+    X, W, loss = _rnn_graph()
+    (gW,) = sg.grad(loss, [W])
+    g2 = sg.grad(sg.sum(gW * gW), [W])
+    X0, W0 = rand(4, 3), rand(3, 3)
+    got = sg.compile(g2, inputs=[X, W])(X0, W0)[0]
+    Xt, Wt = torch.tensor(X0), torch.tensor(W0, requires_grad=True)
+    h, total = torch.full((3,), 0.1, dtype=torch.float64), 0.0
+    for x in Xt:
+        total = total + torch.sum(h * h)
+        h = torch.tanh(h @ Wt + x)
+    (gWt,) = torch.autograd.grad(total, [Wt], create_graph=True)
+    (want,) = torch.autograd.grad(torch.sum(gWt * gWt), [Wt])
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------ dtypes
+def test_float32_stays_float32():
+    def model(m, X, W, h0):
+        def step(h, x):
+            h = m.tanh(x @ W + h * 0.5 + 1.0)
+            return h, m.sqrt(h * h + 1.0)
+        return m.scan(step, h0, xs=X)
+    check(model, rand(4, 3, dtype=np.float32), rand(3, 3, dtype=np.float32), rand(3, dtype=np.float32))
+
+
+def test_float32_gradients_are_float32():
+    X = sg.placeholder((None, 3), dtype="float32", name="X", requires_grad=True)
+    w = sg.parameter(rand(3, dtype=np.float32), name="w")
+    c0 = sg.placeholder((3,), dtype="float32", name="c0", requires_grad=True)
+    c, ys = sg.scan(lambda c, x: (c * w + x * 2.0, sg.sum(c) * 0.5), c0, xs=X, reverse=True)
+    loss = sg.sum(c) + sg.sum(ys)
+    fn = sg.compile([loss, c, ys] + sg.grad(loss, [X, w, c0]), inputs=[X, c0])
+    for v in fn(rand(5, 3, dtype=np.float32), rand(3, dtype=np.float32)):
+        assert v.dtype == np.float32
+
+
+# ------------------------------------------------------------------ errors name the user's line
+def _inputs(mode, *shapes):
+    if mode == "eager":
+        return [eager.tensor(np.zeros(s)) for s in shapes]
+    return [sg.placeholder(s, name=f"in{k}") for k, s in enumerate(shapes)]
+
+
+BAD_BODIES = {
+    "carry grows an axis": (lambda c, x: (sg.stack([c, x]), None), sg.ShapeError, r"carry leaf 0 .*\(3,\).*\(2, 3\)"),
+    "carry broadcast wider": (lambda c, x: (c + np.zeros((2, 3)), None), sg.ShapeError, r"carry leaf 0"),
+    "carry changes dtype": (lambda c, x: (sg.cast(c, "float32"), None), sg.ShapeError, r"dtype float32"),
+    "one value, not a pair": (lambda c, x: c + x, TypeError, r"must return \(carry, y\)"),
+    "three values": (lambda c, x: (c, x, x), TypeError, r"must return \(carry, y\)"),
+    "carry becomes None": (lambda c, x: (None, x), TypeError, r"same structure"),
+    "carry becomes a pair": (lambda c, x: ((c, c), x), TypeError, r"same structure"),
+    "y is text": (lambda c, x: (c, "text"), TypeError, r"text|<U4"),
+}
+
+
+@pytest.mark.parametrize("mode", ["static", "eager"])
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+def test_bad_bodies_raise_clear_errors_at_the_users_line(case, mode):
+    fn, kind, message = BAD_BODIES[case]
+    c0, X = _inputs(mode, (3,), (4, 3))
+    with pytest.raises(kind, match=message) as err:
+        sg.scan(fn, c0, xs=X)
+    assert "test_scan.py:" in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["static", "eager"])
+def test_carry_structure_must_match_init(mode):
+    a, b, X = _inputs(mode, (3,), (3,), (2, 3))
+    for init, body in (((a, b), lambda c, x: ([c[0], c[1]], None)),
+                       ({"a": a, "b": b}, lambda c, x: ({"a": c["a"], "c": c["b"]}, None)),
+                       ([a, [b]], lambda c, x: ([c[0], c[1][0]], None))):
+        with pytest.raises(TypeError, match="same structure as init") as err:
+            sg.scan(body, init, xs=X)
+        assert "test_scan.py:" in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["static", "eager"])
+def test_steps_must_be_known_and_agree(mode):
+    c0, X, Y, s = _inputs(mode, (3,), (4, 3), (5, 3), ())
+    body = lambda c, x: (c, None)         # noqa: E731
+    cases = [(dict(xs=(X, Y)), sg.ShapeError, r"4.*5"),
+             (dict(xs=X, length=3), sg.ShapeError, r"3.*4|4.*3"),
+             (dict(), ValueError, r"xs or length"),
+             (dict(xs=s), sg.ShapeError, r"leading axis|0-d"),
+             (dict(length=-1), ValueError, r"length"),
+             (dict(length=2.0), ValueError, r"length"),
+             (dict(xs=X, checkpoint=0), ValueError, r"checkpoint")]
+    for kwargs, kind, message in cases:
+        with pytest.raises(kind, match=message) as err:
+            sg.scan(body, c0, **kwargs)
+        assert "test_scan.py:" in str(err.value), kwargs
+
+
+def test_numpy_integer_length_is_a_length():
+    c, ys = sg.scan(lambda c, _: (c + 1.0, c), sg.constant(0.0), length=np.int64(3))
+    assert ys.shape == (3,)
+
+
+def test_an_error_inside_the_body_names_the_body_line():
+    X = sg.placeholder((4, 3), name="X")
+    with pytest.raises(sg.ShapeError, match=r"matmul.*test_scan.py:\d+"):
+        sg.scan(lambda c, x: (c @ np.zeros((2, 2)), None), sg.constant(np.zeros(3)), xs=X)
+
+
+def test_compiled_scan_refuses_a_feed_of_the_wrong_shape():
+    X = sg.placeholder((None, 3), name="X")
+    c, _ = sg.scan(lambda c, x: (c + x, None), sg.constant(np.zeros(3)), xs=X)
+    fn = sg.compile(c, inputs=[X])
+    with pytest.raises(sg.FeedError, match="'X'"):
+        fn(np.zeros((4, 2)))
+
+
+# ------------------------------------------------------------------ eager mode specifics
+def test_eager_loop_of_no_steps_gives_empty_stacks():
+    c0 = eager.tensor(np.ones(3), requires_grad=True)
+    for kwargs in (dict(xs=eager.tensor(np.zeros((0, 2)))), dict(length=0)):
+        c, ys = sg.scan(lambda c, x: (c * 2.0, {"a": c, "b": (sg.sum(c), None)}), c0, **kwargs)
+        assert eager.is_eager(c) and c.numpy().tolist() == [1.0, 1.0, 1.0]
+        assert ys["a"].shape == (0, 3) and ys["b"][0].shape == (0,) and ys["b"][1] is None
+
+
+def test_eager_y_must_keep_its_structure():
+    X = eager.tensor(np.array([[1.0], [-1.0]]))
+    with pytest.raises(TypeError, match="structure") as err:
+        sg.scan(lambda c, x: (c, (c,) if float(x[0]) > 0 else c), eager.tensor(0.0), xs=X)
+    assert "test_scan.py:" in str(err.value)
+
+
+def test_eager_numbers_as_y_and_carry_leaves_become_eager_tensors():
+    c, ys = sg.scan(lambda c, x: ((c[0] + x, 1), 2.5), (eager.tensor(0.0), 0), xs=eager.tensor(np.ones(3)))
+    assert all(eager.is_eager(v) for v in (c[0], c[1], ys))
+    assert c[1].dtype == np.int64 and ys.numpy().tolist() == [2.5] * 3
+
+
+def test_eager_loop_taped_for_backward():
+    W = eager.tensor(rand(3, 3), requires_grad=True)
+    h, hs = sg.scan(lambda h, x: (sg.tanh(h @ W + x), h), eager.tensor(np.zeros(3)), xs=eager.tensor(rand(4, 3)))
+    (sg.sum(hs * hs) + sg.sum(h)).backward()
+    assert W.grad is not None and W.grad.shape == (3, 3)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an eager loop is chosen only when init or xs hold an eager tensor (loops/scan.py scan): with a "
+    "number as init and only length, fn is traced over placeholders and mixing them with the eager "
+    "tensors it reads raises"))
+def test_eager_loop_with_number_init_reading_eager_tensors():
+    a = eager.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    c, ys = sg.scan(lambda c, _: (c * a, c), 1.0, length=3)
+    np.testing.assert_allclose(c.numpy(), [1.0, 8.0])
+    sg.sum(c).backward()
+    np.testing.assert_allclose(a.grad, [3.0, 12.0])
