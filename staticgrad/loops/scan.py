@@ -183,7 +183,7 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     init, xs, caps = inputs[:C], inputs[C:C + X], inputs[C + X:]
     need_x, need_cap = list(needs[C:C + X]), list(needs[C + X:])
     carries = _carries_needing(body, needs, C, X)
-    rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g)
+    rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g, counted=length is None)
     extended = Body(body.params, body.outputs + rev.saved, body.n_args, body.name, hoisted=body.hoisted,
                     base=body.base)
     attrs = dict(out.attrs, body=extended)
@@ -268,7 +268,7 @@ class _ReverseBody:
     Its per-step outputs: the gradients of the slices.
     """
 
-    def __init__(self, body, C, X, carries, need_x, need_cap, g):
+    def __init__(self, body, C, X, carries, need_x, need_cap, g, counted=False):
         params = body.params
         p_carry, p_x, p_cap = params[:C], params[C:C + X], params[C + X:]
         Y = len(body.outputs) - C
@@ -302,6 +302,8 @@ class _ReverseBody:
         residual_ph = [ph for _, ph in saved_fwd]
         live = {t.id for t in body_order(outputs, []) }
         self.reads_x = [x.id in live for x in x2]
+        if counted and x2 and not any(self.reads_x) and not residual_ph and not dy:
+            self.reads_x[0] = True      # (a loop of unknown length counts its steps on an xs: one stays)
         self.reads_cap = [c.id in live for c in cap2]
         slices = [x for x, r in zip(x2, self.reads_x) if r] + residual_ph + dy
         cap_params = [c for c, r in zip(cap2, self.reads_cap) if r]

@@ -119,6 +119,8 @@ def drop_dead(graph, i):
     used = needed
     carries = [(s.p_carry[c], s.init[c]) for c in sorted(kept_c)]
     slices = [(p, o) for p, o in zip(s.p_x, s.xs) if p in used]
+    if not slices and s.xs and s.node.attrs["length"] is None:
+        slices = [(s.p_x[0], s.xs[0])]      # (a loop of unknown length counts its steps on an xs: one stays)
     caps = [(p, o) for p, o in zip(s.p_cap, s.caps) if p in used]
     dropped = len(outs) - len(kept_c) - len(kept_y) + (len(s.p_x) - len(slices)) + (len(s.p_cap) - len(caps))
     if not dropped:
