@@ -37,7 +37,8 @@ def tree_map(fn, *trees):
     if first is None:
         return None
     if isinstance(first, (tuple, list)):
-        return type(first)(tree_map(fn, *parts) for parts in zip(*trees))
+        mapped = [tree_map(fn, *parts) for parts in zip(*trees)]
+        return type(first)(*mapped) if hasattr(type(first), "_fields") else type(first)(mapped)
     if isinstance(first, dict):
         return {k: tree_map(fn, *(t[k] for t in trees)) for k in first}
     return fn(*trees)

@@ -1,6 +1,8 @@
 """sg.scan, tried as a careful jax.lax.scan user would: every case runs compiled (default passes and
 optimize=False), eagerly and as a plain numpy loop, and its gradients are checked against central
 differences, eager mode and torch autograd (tests/loops/harness.py)."""
+import collections
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,11 @@ from staticgrad import eager
 from .harness import SG, check, tree_leaves
 
 R = np.random.default_rng(7)
+
+CONSTANT_FOLD = pytest.mark.xfail(strict=True, reason=(
+    "passes/constant_fold.run evaluates any node whose inputs are all constants with its registered kernel; "
+    "a scan's kernel (loops/ops._unlowered) only raises TypeError: a loop over constants (from the start, "
+    "or once the loops pass sank its other carries) fails to compile with the default passes"))
 
 
 def rand(*shape, dtype=np.float64):
@@ -28,6 +35,7 @@ def test_rnn_values_and_gradients_every_way():
     check(rnn, rand(5, 2, 3), rand(3, 3), rand(2, 3), order=2)
 
 
+@CONSTANT_FOLD
 def test_reverse_runs_last_step_first_and_stacks_ys_in_step_order():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c * 0.5 + x, c * x), c0, xs=X, reverse=True)
@@ -42,6 +50,7 @@ def test_reverse_order_is_visible_in_values():
     assert got[0] == 10.0
 
 
+@CONSTANT_FOLD
 def test_python_scalars_and_arrays_as_init_and_in_the_body():
     def model(m, X):
         return m.scan(lambda c, x: (c * 0.9 + m.sum(x), 2.0 * x + c), 0.0, xs=X)
@@ -91,6 +100,30 @@ def test_nested_trees_and_none_leaves_in_ys():
     check(model, rand(3, 2), rand(2))
 
 
+State = collections.namedtuple("State", "h c")
+
+
+def test_named_tuples_stay_named_tuples():
+    def model(m, X, h0):
+        def step(s, x):
+            assert isinstance(s, State)
+            return State(m.tanh(s.h + x * s.c), s.c * 0.9), State(s.h, m.sum(s.c))
+        carry, ys = m.scan(step, State(h0, h0 * 2.0), xs=X)
+        assert isinstance(carry, State) and isinstance(ys, State)
+        return carry, ys
+    check(model, rand(4, 3), rand(3))
+
+
+def test_none_inside_the_carry_and_duplicated_outputs():
+    def model(m, X, c0):
+        def step(c, x):
+            a, nothing, b = c
+            n = m.sin(a) + x * b
+            return (n, None, n), (n, n, b)          # one value as two carries and two ys
+        return m.scan(step, (c0, None, c0 * 0.5), xs=X)
+    check(model, rand(4, 3), rand(3), order=2)
+
+
 def test_ys_structure_holds_none_in_place():
     X = sg.placeholder((3, 2), name="X")
     c, ys = sg.scan(lambda c, x: (c + x, (None, x, {"k": None})), sg.constant(np.zeros(2)), xs=X)
@@ -117,6 +150,7 @@ def test_length_one_and_zero_without_xs():
         check(model, rand(3), rand(3))
 
 
+@CONSTANT_FOLD
 def test_length_agreeing_with_xs_is_accepted():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c + x, c), c0, xs=X, length=4)
@@ -192,6 +226,7 @@ def test_integer_step_counter_mixed_with_float_carry():
     check(model, rand(4, 3), rand(3), order=2)
 
 
+@CONSTANT_FOLD
 def test_integer_counter_alone_with_length():
     def model(m, a):
         def step(c, _):
@@ -201,6 +236,7 @@ def test_integer_counter_alone_with_length():
     check(model, rand(2))
 
 
+@CONSTANT_FOLD
 def test_integer_xs():
     def model(m, idx, w):
         def step(s, i):
@@ -291,6 +327,7 @@ def test_body_that_returns_its_carry_unchanged():
     check(model, rand(4, 3), rand(3), order=2)
 
 
+@CONSTANT_FOLD
 def test_body_returning_carry_unchanged_and_no_y():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c, None), c0, xs=X)
@@ -312,12 +349,14 @@ def test_ys_are_the_old_carry_and_carries_swap():
     check(model, rand(5, 3), rand(3), rand(3), order=2)
 
 
+@CONSTANT_FOLD
 def test_carry_leaf_reset_to_a_python_number():
     def model(m, X, c0):
         return m.scan(lambda c, x: ((c[0] + x, 0.0), c[1] + m.sum(x)), (c0, m.sum(c0)), xs=X)
     check(model, rand(3, 2), rand(2))
 
 
+@CONSTANT_FOLD
 def test_body_with_no_work_at_all():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c, x), c0, xs=X)
@@ -837,3 +876,80 @@ def test_one_forward_loop_after_passes_that_rewrote_the_body():
     loss = sg.sum(hs * hs)
     fn = sg.compile([loss] + sg.grad(loss, [X]), inputs=[X])
     assert [n.attrs["reverse"] for n in fn.ir.nodes.values() if n.op == "scan"].count(False) == 1
+
+
+# ------------------------------------------------------------------ loops over constants only
+@CONSTANT_FOLD
+def test_a_loop_over_constants_compiles():
+    c, ys = sg.scan(lambda c, _: (c * 0.5 + 1.0, c), sg.constant(np.ones(2)), length=3)
+    for opt in (False, True):
+        got = sg.compile([c, ys], optimize=opt)()
+        np.testing.assert_allclose(got[1], [[1.0, 1.0], [1.5, 1.5], [1.75, 1.75]])
+
+
+@CONSTANT_FOLD
+def test_a_counter_left_alone_once_its_sum_is_sunk_compiles():
+    X = sg.placeholder((3,), name="X")
+
+    def step(c, x):
+        k, s = c
+        return (k + 1, s + x * sg.cast(k, "float64")), k
+    (k, s), ks = sg.scan(step, (sg.constant(np.int64(0)), sg.constant(0.0)), xs=X)
+    got = sg.compile([k, s, ks], inputs=[X])(np.array([1.0, 2.0, 3.0]))
+    assert got[0] == 3 and got[1] == 8.0 and got[2].tolist() == [0, 1, 2]
+
+
+@CONSTANT_FOLD
+def test_gradient_of_a_final_carry_weighted_by_a_constant_compiles():
+    """The reverse loop of d sum(w * c_T) / dX for c' = c / 2 + x reads no stacked value: its inputs are
+    all constants (w as its initial carry)."""
+    X = sg.placeholder((4, 3), name="X", requires_grad=True)
+    c, _ = sg.scan(lambda c, x: (c * 0.5 + x, None), sg.constant(np.ones(3)), xs=X)
+    (g,) = sg.grad(sg.sum(c * np.arange(3.0)), [X])
+    got = sg.compile(g, inputs=[X])(rand(4, 3))
+    np.testing.assert_allclose(got, np.outer(0.5 ** np.arange(3, -1, -1), np.arange(3.0)))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "explain.trace.evaluate runs nodes with their registered kernels: a scan's only raises "
+    "(loops/ops._unlowered), so sg.trace fails on any function holding a loop"))
+def test_trace_shows_a_function_with_a_loop():
+    X = sg.placeholder((None, 3), name="X", requires_grad=True)
+    c, ys = sg.scan(lambda c, x: (sg.tanh(c + x), c), sg.constant(np.zeros(3)), xs=X)
+    loss = sg.sum(ys * ys) + sg.sum(c)
+    fn = sg.compile([loss] + sg.grad(loss, [X]), inputs=[X])
+    assert "scan" in str(sg.trace(fn, np.ones((2, 3))))
+
+
+# ------------------------------------------------------------------ modules and optimizers in a body
+def test_adam_on_an_rnn_of_linear_modules_equals_torch():
+    torch = pytest.importorskip("torch")
+    X0, T0 = rand(5, 2, 3), rand(2, 4)
+    cell, head = sg.nn.Linear(3 + 4, 4, seed=1, name="cell"), sg.nn.Linear(4, 4, seed=2, name="head")
+    X = sg.placeholder((None, 2, 3), name="X")
+
+    def step(h, x):
+        h = sg.tanh(sg.concatenate([x, h], axis=1) @ cell.weight + cell.bias)
+        return h, head(h)
+    hT, outs = sg.scan(step, sg.constant(np.zeros((2, 4))), xs=X)
+    loss = sg.mean((hT - T0) ** 2.0) + 0.1 * sg.mean(outs * outs)
+    params = cell.parameters() + head.parameters()
+    opt = sg.optim.Adam(params, lr=0.05)
+    train = sg.compile(loss, inputs=[X], updates=opt.updates(loss))
+    tparams = [torch.tensor(p.value.copy(), requires_grad=True) for p in params]
+    topt = torch.optim.Adam(tparams, lr=0.05)
+    for _ in range(3):
+        got = train(X0)
+        topt.zero_grad()
+        Wc, bc, Wh, bh = tparams
+        h, total = torch.zeros((2, 4), dtype=torch.float64), 0.0
+        for x in torch.tensor(X0):
+            h = torch.tanh(torch.cat([x, h], dim=1) @ Wc + bc)
+            o = h @ Wh + bh
+            total = total + torch.sum(o * o)
+        want = torch.mean((h - torch.tensor(T0)) ** 2) + 0.1 * total / (5 * 2 * 4)
+        want.backward()
+        topt.step()
+        assert got == pytest.approx(want.item(), rel=1e-10)
+    for p, t in zip(params, tparams):
+        np.testing.assert_allclose(p.value, t.detach().numpy(), rtol=1e-9, atol=1e-12)
