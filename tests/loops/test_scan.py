@@ -922,7 +922,7 @@ def test_trace_shows_a_function_with_a_loop():
 
 
 # ------------------------------------------------------------------ modules and optimizers in a body
-def test_adam_on_an_rnn_of_linear_modules_equals_torch():
+def test_adam_on_an_rnn_of_linear_modules_equals_torch_gradients_and_adams_rule():
     torch = pytest.importorskip("torch")
     X0, T0 = rand(5, 2, 3), rand(2, 4)
     cell, head = sg.nn.Linear(3 + 4, 4, seed=1, name="cell"), sg.nn.Linear(4, 4, seed=2, name="head")
@@ -936,11 +936,11 @@ def test_adam_on_an_rnn_of_linear_modules_equals_torch():
     params = cell.parameters() + head.parameters()
     opt = sg.optim.Adam(params, lr=0.05)
     train = sg.compile(loss, inputs=[X], updates=opt.updates(loss))
-    tparams = [torch.tensor(p.value.copy(), requires_grad=True) for p in params]
-    topt = torch.optim.Adam(tparams, lr=0.05)
-    for _ in range(3):
+    values = [p.value.copy() for p in params]
+    moments = [(np.zeros_like(v), np.zeros_like(v)) for v in values]
+    for step_number in range(1, 4):
         got = train(X0)
-        topt.zero_grad()
+        tparams = [torch.tensor(v, requires_grad=True) for v in values]
         Wc, bc, Wh, bh = tparams
         h, total = torch.zeros((2, 4), dtype=torch.float64), 0.0
         for x in torch.tensor(X0):
@@ -948,8 +948,13 @@ def test_adam_on_an_rnn_of_linear_modules_equals_torch():
             o = h @ Wh + bh
             total = total + torch.sum(o * o)
         want = torch.mean((h - torch.tensor(T0)) ** 2) + 0.1 * total / (5 * 2 * 4)
-        want.backward()
-        topt.step()
+        grads = torch.autograd.grad(want, tparams)
         assert got == pytest.approx(want.item(), rel=1e-10)
-    for p, t in zip(params, tparams):
-        np.testing.assert_allclose(p.value, t.detach().numpy(), rtol=1e-9, atol=1e-12)
+        for k, g in enumerate(grads):       # Adam's update (torch.optim.Adam's defaults), by hand
+            m, v = moments[k]
+            m, v = 0.9 * m + 0.1 * g.numpy(), 0.999 * v + 0.001 * g.numpy() ** 2
+            moments[k] = (m, v)
+            values[k] = values[k] - 0.05 * (m / (1 - 0.9 ** step_number)) / (
+                np.sqrt(v / (1 - 0.999 ** step_number)) + 1e-8)
+        for p, value in zip(params, values):
+            np.testing.assert_allclose(p.value, value, rtol=1e-9, atol=1e-12)
