@@ -147,10 +147,12 @@ def compiled_values(model, arrays, unknown=()):
     return result, fns[True]
 
 
-def check(model, *arrays, unknown=(), order=1, grads=True, torch=True, eager_mode=True, seed=1):
+def check(model, *arrays, unknown=(), order=1, grads=True, torch=True, eager_mode=True, seed=1, fed_weights=False):
     """Run ``model`` every way on ``arrays`` and compare (see the module's docstring). ``order=2`` also
-    runs staticgrad.testing.check_grads to second order (inputs of known shapes only). Returns the
-    Function compiled with the default passes."""
+    runs staticgrad.testing.check_grads to second order (inputs of known shapes only). The weights of the
+    outputs in the loss differentiated are constants, or with ``fed_weights`` placeholders fed them (the
+    graph then holds no constant a pass could fold them into). Returns the Function compiled with the
+    default passes."""
     arrays = [np.asarray(a) for a in arrays]
     ref = [np.asarray(v) for v in tree_leaves(model(NP, *arrays))]
     got, fn = compiled_values(model, arrays, unknown)
@@ -167,7 +169,7 @@ def check(model, *arrays, unknown=(), order=1, grads=True, torch=True, eager_mod
     weights = weights_for(ref, seed)
     if not grads or not float_in or all(w is None for w in weights):
         return fn
-    static = static_grads(model, arrays, weights, unknown)
+    static = static_grads(model, arrays, weights, unknown, fed_weights)
     numeric = reference_grads(model, arrays, weights)
     for k, g in zip(float_in, static[True]):
         assert_close_grad(g, numeric[k], arrays[k].dtype, f"d/d input {k} against finite differences")
@@ -202,13 +204,18 @@ def eager_values(model, arrays):
     return [v.numpy() for v in out]
 
 
-def static_grads(model, arrays, weights, unknown=()):
+def static_grads(model, arrays, weights, unknown=(), fed_weights=False):
     """{optimize: gradients of sum(w * out) with respect to each float input}, compiled."""
     phs = placeholders(arrays, unknown)
-    loss = weighted_sum(tree_leaves(model(SG, *phs)), weights, sg.sum, sg.constant)
+    given = [w for w in weights if w is not None]
+    weight_phs = [sg.placeholder(w.shape, dtype=w.dtype, name=f"w{k}") for k, w in enumerate(given)]
+    feeds = iter(weight_phs)
+    as_weight = (lambda w: next(feeds)) if fed_weights else sg.constant
+    loss = weighted_sum(tree_leaves(model(SG, *phs)), weights, sg.sum, as_weight)
     wrt = [p for p in phs if p.dtype.kind == "f"]
     grads = sg.grad(loss, wrt)
-    return {opt: sg.compile(grads, inputs=phs, optimize=opt)(*arrays) for opt in (True, False)}
+    inputs, values = (phs + weight_phs, arrays + given) if fed_weights else (phs, arrays)
+    return {opt: sg.compile(grads, inputs=inputs, optimize=opt)(*values) for opt in (True, False)}
 
 
 def reference_grads(model, arrays, weights):

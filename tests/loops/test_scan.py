@@ -958,3 +958,13 @@ def test_adam_on_an_rnn_of_linear_modules_equals_torch_gradients_and_adams_rule(
                 np.sqrt(v / (1 - 0.999 ** step_number)) + 1e-8)
         for p, value in zip(params, values):
             np.testing.assert_allclose(p.value, value, rtol=1e-9, atol=1e-12)
+
+
+def test_carries_ending_each_step_on_one_value_keep_their_own_start():
+    """Two carries set to one body value each step still end a loop of no steps on their own inits
+    (passes/loop_motion found a carry's new index by its body value, which both share)."""
+    def model(m, X, a0, b0):
+        return m.scan(lambda c, x: ((c[1] * x, c[1] * x, c[0]), c[2]), (a0, b0, a0 * 2.0), xs=X)
+    for steps in (0, 1, 3):
+        check(model, rand(steps, 3), rand(3), rand(3))
+        check(model, rand(steps, 3), rand(3), rand(3), unknown=(0,))
