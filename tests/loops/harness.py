@@ -244,3 +244,47 @@ def torch_grads(model, arrays, weights):
     grads = torch.autograd.grad(loss, wrt, allow_unused=True)
     return [np.zeros(w.shape, a.dtype) if g is None else g.detach().numpy()
             for g, w, a in zip(grads, wrt, [a for a in arrays if a.dtype.kind == "f"])]
+
+
+def check_hvp(model, *arrays, unknown=(), seed=2):
+    """Hessian-vector products of sum(w * out) (weights and directions fed) compiled with and without
+    the passes, against torch's double backward (skipped without torch)."""
+    arrays = [np.asarray(a) for a in arrays]
+    ref = [np.asarray(v) for v in tree_leaves(model(NP, *arrays))]
+    weights = [w for w in weights_for(ref, seed) if w is not None]
+    rng = np.random.default_rng(seed)
+    float_in = [a for a in arrays if a.dtype.kind == "f"]
+    dirs = [rng.uniform(-1, 1, a.shape).astype(a.dtype) for a in float_in]
+    phs = placeholders(arrays, unknown)
+    w_phs = [sg.placeholder(w.shape, dtype=w.dtype, name=f"w{k}") for k, w in enumerate(weights)]
+    d_phs = [sg.placeholder(p.shape, dtype=p.dtype, name=f"d{k}") for k, p in enumerate(phs) if p.dtype.kind == "f"]
+    feeds = iter(w_phs)
+    outs = tree_leaves(model(SG, *phs))
+    loss = weighted_sum(outs, weights_for(ref, seed), sg.sum, lambda w: next(feeds))
+    wrt = [p for p in phs if p.dtype.kind == "f"]
+    grads = sg.grad(loss, wrt)
+    z = None
+    for g, d in zip(grads, d_phs):
+        z = sg.sum(g * d) if z is None else z + sg.sum(g * d)
+    hvp = sg.grad(z, wrt)
+    got = {opt: sg.compile(hvp, inputs=phs + w_phs + d_phs, optimize=opt)(*arrays, *weights, *dirs)
+           for opt in (True, False)}
+    for k, (a, b) in enumerate(zip(got[True], got[False])):
+        assert_same(a, b, f"Hessian-vector product {k}: optimize=True against optimize=False")
+    if HAS_TORCH:
+        for k, (a, t) in enumerate(zip(got[True], torch_hvp(model, arrays, weights_for(ref, seed), dirs))):
+            assert_same(a, t, f"Hessian-vector product {k}: compiled against torch")
+
+
+def torch_hvp(model, arrays, weights, dirs):
+    import torch
+    ins = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    loss = weighted_sum(tree_leaves(model(torch_namespace(), *ins)), weights, torch.sum, torch.as_tensor)
+    wrt = [x for x in ins if x.requires_grad]
+    grads = torch.autograd.grad(loss, wrt, create_graph=True, allow_unused=True)
+    z = sum(torch.sum(g * torch.as_tensor(d)) for g, d in zip(grads, dirs) if g is not None)
+    if not isinstance(z, torch.Tensor) or not z.requires_grad:
+        return [np.zeros(w.shape, np.float64) for w in wrt]
+    hvp = torch.autograd.grad(z, wrt, allow_unused=True)
+    return [np.zeros(tuple(w.shape), a.dtype) if h is None else h.detach().numpy()
+            for h, w, a in zip(hvp, wrt, [a for a in arrays if a.dtype.kind == "f"])]

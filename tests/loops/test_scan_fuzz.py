@@ -3,7 +3,7 @@ carries and the ys, the direction and whether the length is known; each runs eve
 import numpy as np
 import pytest
 
-from .harness import check
+from .harness import check, check_hvp
 
 OPS = {     # name: (arity, fn(m, *args, W, v)); every value is (2, 3)
     "sin": (1, lambda m, a, W, v: m.sin(a)),
@@ -17,6 +17,9 @@ OPS = {     # name: (arity, fn(m, *args, W, v)); every value is (2, 3)
     "mul": (2, lambda m, a, b, W, v: a * b),
     "colsum": (2, lambda m, a, b, W, v: m.sum(a, axis=0) * b * 0.5),
     "where": (2, lambda m, a, b, W, v: m.where(a > 0.0, a, b)),
+    # scans in the body: over a's rows, their final carry or their ys
+    "inner": (2, lambda m, a, b, W, v: m.scan(lambda d, row: (m.sin(d) * row + v, d), b[0], xs=a)[0] * b),
+    "inner_ys": (1, lambda m, a, W, v: m.scan(lambda d, row: (d + row * v, d * row), a[1], xs=a, reverse=True)[1]),
 }
 NAMES = sorted(OPS)
 
@@ -62,6 +65,8 @@ def run_seed(seed):
     unknown = tuple(range(first_xs, first_xs + r["n_xs"])) if r["unknown"] else ()
     # (weights fed, not constants: tests/loops/test_scan.py's CONSTANT_FOLD cases show what constants do)
     check(model_for(r), *arrays, unknown=unknown, fed_weights=True)
+    if seed % 3 == 0:
+        check_hvp(model_for(r), *arrays, unknown=unknown)
 
 
 @pytest.mark.parametrize("seed", range(6))
