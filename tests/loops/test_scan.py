@@ -968,3 +968,37 @@ def test_carries_ending_each_step_on_one_value_keep_their_own_start():
     for steps in (0, 1, 3):
         check(model, rand(steps, 3), rand(3), rand(3))
         check(model, rand(steps, 3), rand(3), rand(3), unknown=(0,))
+
+
+@CONSTANT_FOLD
+def test_outer_values_and_constants_as_carries_and_ys():
+    def model(m, X, W, c0):
+        a, ys = m.scan(lambda c, x: (W[0] * 1.0, (c * x, W)), c0, xs=X)   # carry: an outer value
+        b, zs = m.scan(lambda c, x: (c + x, W[1]), c0, xs=X)               # y: an outer value
+        d, us = m.scan(lambda c, x: (m.const(np.ones(3)), c), c0, xs=X)      # carry: a constant
+        return a, ys, b, zs, d, us
+    check(model, rand(4, 3), rand(2, 3), rand(3), order=2)
+
+
+# ------------------------------------------------------------------ unknown sizes inside the steps
+def test_carries_and_slices_of_unknown_width():
+    def model(m, X, c0, s0):
+        return m.scan(lambda c, x: ((m.tanh(c[0] * x + c[1]), c[1] + m.sum(x)), c[0] * c[1]), (c0, s0), xs=X)
+    for width in (1, 4):
+        check(model, rand(3, width), rand(width), rand(), unknown=(0, 1))
+    X = sg.placeholder((None, None), name="X")
+    c0 = sg.placeholder((None,), name="c0")
+    c, _ = sg.scan(lambda c, x: (c * x, None), c0, xs=X)
+    assert sg.compile(c, inputs=[X, c0])(np.ones((2, 5)), np.ones(5)).shape == (5,)
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_a_carry_that_changes_size_at_run_time_is_refused(optimize):
+    X = sg.placeholder((None, None), name="X")
+    c0 = sg.placeholder((None,), name="c0")
+    c, _ = sg.scan(lambda c, x: (c[1:] * 2.0, None), c0, xs=X)         # (n,) -> (n - 1,): known only when fed
+    fn = sg.compile(c, inputs=[X, c0], optimize=optimize)
+    for steps in (2, 0):        # (a loop of no steps too: its body is ill-formed at these sizes)
+        with pytest.raises(sg.ShapeError, match=r"carry 0 of shape \(3,\) into one of shape \(2,\)") as err:
+            fn(np.ones((steps, 3)), np.ones(3))
+        assert "test_scan.py:" in str(err.value)
