@@ -1002,3 +1002,71 @@ def test_a_carry_that_changes_size_at_run_time_is_refused(optimize):
         with pytest.raises(sg.ShapeError, match=r"carry 0 of shape \(3,\) into one of shape \(2,\)") as err:
             fn(np.ones((steps, 3)), np.ones(3))
         assert "test_scan.py:" in str(err.value)
+
+
+# ------------------------------------------------------------------ any pipeline, files, eager second order
+def _mixed_loop():
+    """A reverse loop of a tuple carry (float matrix, float sum, int counter) and dict ys, with grads."""
+    X = sg.placeholder((None, 2, 3), name="X", requires_grad=True)
+    W = sg.placeholder((3, 3), name="W", requires_grad=True)
+
+    def step(c, x):
+        h, s, k = c
+        h = sg.tanh(x @ W + h @ W * 0.5)
+        return (h, s + sg.sum(h * h) * sg.cast(k, "float64"), k + 1), {"h": h, "x2": x * 2.0}
+    init = (sg.constant(np.zeros((2, 3))), sg.constant(0.0), sg.constant(np.int64(1)))
+    (_, s, k), ys = sg.scan(step, init, xs=X, reverse=True)
+    loss = s + sg.sum(ys["h"] * ys["x2"])
+    return [X, W], [loss, k] + sg.grad(loss, [X, W])
+
+
+PIPELINES = [[name] for name in sg.passes.PASSES] + [["loops", "loops"], ["dce", "loops", "cse", "loops"],
+                                                     ["loops", "simplify", "constant_fold", "loops"]]
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES, ids="+".join)
+def test_any_pipeline_computes_what_no_pass_does(pipeline):
+    inputs, outs = _mixed_loop()
+    X0, W0 = rand(4, 2, 3), rand(3, 3)
+    want = sg.compile(outs, inputs=inputs, optimize=False)(X0, W0)
+    for got, ref in zip(sg.compile(outs, inputs=inputs, passes=pipeline)(X0, W0), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+
+
+def test_saved_and_loaded_function_with_loops(tmp_path):
+    inputs, outs = _mixed_loop()
+    fn = sg.compile(outs, inputs=inputs)
+    sg.save(fn, tmp_path / "loops.sg")
+    loaded = sg.load(tmp_path / "loops.sg")
+    for steps in (3, 0, 1):
+        X0, W0 = rand(steps, 2, 3), rand(3, 3)
+        for a, b in zip(fn(X0, W0), loaded(X0, W0)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_gradient_with_respect_to_a_captured_intermediate():
+    X = sg.placeholder((4, 3), name="X")
+    A = sg.placeholder((3, 3), name="A", requires_grad=True)
+    B = sg.sin(A) * 2.0
+    c, ys = sg.scan(lambda h, x: (sg.tanh(h @ B + x), h), sg.constant(np.zeros(3)), xs=X)
+    loss = sg.sum(ys * ys) + sg.sum(c)
+    gB, gA = sg.compile(sg.grad(loss, [B, A]), inputs=[X, A])(rand(4, 3), A0 := rand(3, 3))
+    np.testing.assert_allclose(gA, gB * 2.0 * np.cos(A0), rtol=1e-12)
+
+
+def test_eager_second_order_through_a_loop_equals_compiled():
+    X0, A0, V0 = rand(4, 3), rand(3, 3), rand(3, 3)
+
+    def loss_of(A, X, h0):
+        c, ys = sg.scan(lambda h, x: (sg.tanh(h @ (sg.sin(A) * 2.0) + x), h), h0, xs=X)
+        return sg.sum(ys * ys) + sg.sum(c)
+    A_e = eager.tensor(A0, requires_grad=True)
+    (g_e,) = eager.grad(loss_of(A_e, eager.tensor(X0), eager.tensor(np.zeros(3))), [A_e], create_graph=True)
+    (h_e,) = eager.grad(sg.sum(g_e * eager.tensor(V0)), [A_e])
+    A, X, V = sg.placeholder((3, 3), name="A", requires_grad=True), sg.placeholder((4, 3), name="X"), \
+        sg.placeholder((3, 3), name="V")
+    (g,) = sg.grad(loss_of(A, X, sg.constant(np.zeros(3))), [A])
+    (h,) = sg.grad(sg.sum(g * V), [A])
+    g_s, h_s = sg.compile([g, h], inputs=[A, X, V])(A0, X0, V0)
+    np.testing.assert_allclose(g_e.numpy(), g_s, rtol=1e-12)
+    np.testing.assert_allclose(h_e.numpy(), h_s, rtol=1e-10, atol=1e-13)
