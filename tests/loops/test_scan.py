@@ -1070,3 +1070,28 @@ def test_eager_second_order_through_a_loop_equals_compiled():
     g_s, h_s = sg.compile([g, h], inputs=[A, X, V])(A0, X0, V0)
     np.testing.assert_allclose(g_e.numpy(), g_s, rtol=1e-12)
     np.testing.assert_allclose(h_e.numpy(), h_s, rtol=1e-10, atol=1e-13)
+
+
+# ------------------------------------------------------------------ failures while a loop runs
+def test_check_numerics_names_the_body_op_that_made_a_nan():
+    X = sg.placeholder((None, 2), name="X")
+    c, _ = sg.scan(lambda c, x: (sg.log(c - x), None),
+                   sg.constant(np.full(2, 3.0)), xs=X)
+    for opt in (True, False):
+        fn = sg.compile(c, inputs=[X], optimize=opt, check_numerics=True)
+        with pytest.raises(sg.NumericsError, match=r"log .*test_scan.py:\d+"):
+            fn(np.ones((5, 2)))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "lower/interpret.failed_node looks the innermost '<staticgrad>' frame's line up in the outer plan's line "
+    "table, but that frame is the body program's: the error names the outer node on that line number (here "
+    "the exp before the loop), or none"))
+def test_a_kernel_failing_inside_a_body_is_named(boom):
+    from staticgrad.ops.registry import apply
+    X = sg.placeholder((None, 2), name="X")
+    Y = sg.exp(sg.sin(X) * 3.0) + 1.0
+    c, _ = sg.scan(lambda c, x: (apply(boom, (c * 10.0 + x,)), None), sg.constant(np.ones(2)), xs=Y)
+    fn = sg.compile(c, inputs=[X])
+    with pytest.raises(sg.ExecutionError, match=rf"{boom} node .*test_scan.py:\d+.*value over 100"):
+        fn(np.ones((5, 2)))
