@@ -8,6 +8,7 @@ import pytest
 
 import staticgrad as sg
 from staticgrad import eager
+from staticgrad.testing import check_grads, numerical_grad
 
 from .harness import SG, check, tree_leaves
 
@@ -275,7 +276,7 @@ def test_gradients_of_init_xs_and_captured_parameters():
     got, plain = fn(X0, h00), fn_plain(X0, h00)
     assert got[0] == pytest.approx(np_loss(*args), rel=1e-12)
     for k in range(4):
-        numeric = sg.testing.numerical_grad(np_loss, args, k, 1e-6)
+        numeric = numerical_grad(np_loss, args, k, 1e-6)
         np.testing.assert_allclose(got[1 + k], numeric, rtol=1e-6, atol=1e-8, err_msg=wrt[k].label())
         np.testing.assert_allclose(got[1 + k], plain[1 + k], rtol=1e-12, atol=1e-14)
 
@@ -421,7 +422,7 @@ def test_grad_called_twice_on_one_scan():
         out = sg.compile([loss] + g1 + g2 + g3, inputs=[X, W], optimize=opt)(X0, W0)
         np.testing.assert_allclose(out[1], out[3], rtol=1e-12)
         np.testing.assert_allclose(out[2], out[4], rtol=1e-12)
-        np.testing.assert_allclose(out[1], sg.testing.numerical_grad(_np_rnn_loss, [X0, W0], 1, 1e-6), rtol=1e-6)
+        np.testing.assert_allclose(out[1], numerical_grad(_np_rnn_loss, [X0, W0], 1, 1e-6), rtol=1e-6)
     fn = sg.compile([loss] + g1 + g2 + g3, inputs=[X, W])
     loops = [n for n in fn.ir.nodes.values() if n.op == "scan"]
     assert len(loops) <= 4 and sum(not n.attrs["reverse"] for n in loops) == 1    # one forward loop
@@ -444,7 +445,7 @@ def test_hessian_vector_product_through_a_scan():
     got = {opt: sg.compile(hvp, inputs=[X, W, V], optimize=opt)(X0, W0, V0) for opt in (True, False)}
     grad_fn = sg.compile(gW, inputs=[X, W], optimize=False)
     for k, (args, index) in enumerate((([X0, W0], 1), ([X0, W0], 0))):
-        numeric = sg.testing.numerical_grad(lambda X, W: np.sum(grad_fn(X, W) * V0), args, index, 1e-5)
+        numeric = numerical_grad(lambda X, W: np.sum(grad_fn(X, W) * V0), args, index, 1e-5)
         np.testing.assert_allclose(got[True][k], numeric, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(got[True][k], got[False][k], rtol=1e-10, atol=1e-12)
 
@@ -453,7 +454,7 @@ def test_third_order_through_a_scan():
     def f(a):
         c, _ = sg.scan(lambda c, _: (sg.sin(c) * a, None), a, length=3)
         return c
-    sg.testing.check_grads(f, [np.array(0.7)], order=3)
+    check_grads(f, [np.array(0.7)], order=3)
 
 
 def test_grad_of_grad_against_torch():
@@ -682,7 +683,7 @@ def test_sinking_with_a_batch_of_unknown_size():
                 total += np.sum(h * h)
                 h = np.tanh(x @ W + h)
             return total
-        np.testing.assert_allclose(a[1], sg.testing.numerical_grad(np_loss, [X0, W0], 1, 1e-6), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(a[1], numerical_grad(np_loss, [X0, W0], 1, 1e-6), rtol=1e-6, atol=1e-9)
 
 
 def test_dead_carries_and_ys_are_not_computed_but_live_ones_are_right():
@@ -1095,3 +1096,22 @@ def test_a_kernel_failing_inside_a_body_is_named(boom):
     fn = sg.compile(c, inputs=[X])
     with pytest.raises(sg.ExecutionError, match=rf"{boom} node .*test_scan.py:\d+.*value over 100"):
         fn(np.ones((5, 2)))
+
+
+@pytest.mark.slow
+def test_three_nested_loops_to_second_order():
+    def inner(d, r):
+        return sg.sin(d) + r, d
+
+    def middle(e, row):
+        d, ys = sg.scan(inner, e, xs=row)
+        return d * 0.5 + sg.sum(ys, axis=0), d
+
+    def outer(f, block):
+        e, ys = sg.scan(middle, f, xs=block, reverse=True)
+        return sg.tanh(e + f), sg.sum(ys)
+
+    def f(A, f0):
+        f, ys = sg.scan(outer, f0, xs=A)
+        return sg.sum(f * f) + sg.sum(ys)
+    check_grads(f, [rand(2, 2, 2, 3), rand(3)], order=2)
