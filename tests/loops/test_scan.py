@@ -645,12 +645,15 @@ HOISTABLE = {
 
 @pytest.mark.parametrize("case", sorted(HOISTABLE))
 def test_carry_free_work_hoisted_out_of_the_loop_computes_the_same(case):
-    """Each op's batch rule runs the per-step work over all steps at once (passes/loop_motion.hoist)."""
+    """Each op's batch rule runs the per-step work over all steps at once (passes/loop_motion.hoist), also
+    over no steps and a number of steps known only when called."""
     term = HOISTABLE[case]
 
     def model(m, X, W, c0):
         return m.scan(lambda c, x: (m.tanh(c * 0.5 + term(m, x, W)), term(m, x, W) * c), c0, xs=X)
     check(model, rand(4, 2, 3), rand(3, 3), rand(3))
+    for steps in (0, 2):
+        check(model, rand(steps, 2, 3), rand(3, 3), rand(3), unknown=(0,))
 
 
 def test_running_sums_sunk_after_the_loop_keep_their_start():
@@ -671,7 +674,7 @@ def test_sinking_with_a_batch_of_unknown_size():
     loss = sg.sum(hs * hs)
     grads = sg.grad(loss, [W, X])
     fns = [sg.compile([loss] + grads, inputs=[X, W, h0], optimize=opt) for opt in (True, False)]
-    for shape in ((4, 2, 3), (3, 5, 3), (1, 1, 3), (0, 2, 3)):
+    for shape in ((4, 2, 3), (3, 5, 3), (1, 1, 3), (0, 2, 3), (2, 0, 3), (0, 0, 3)):
         X0, W0 = rand(*shape), rand(3, 3)
         a, b = (fn(X0, W0, np.zeros(shape[1:])) for fn in fns)
         for u, v in zip(a, b):
