@@ -27,7 +27,7 @@ MIRRORS = {
     "staticgrad.passes.": ["tests/passes"],
     "staticgrad.lower.": ["tests/lower", *NOT_NUMBA],
     "staticgrad.optim.": ["tests/test_optim.py"],
-    "staticgrad.nn.": ["tests/test_nn.py"],
+    "staticgrad.nn.": ["tests/test_nn.py", "tests/nn"],
 }
 PYTEST = ["-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", "--hypothesis-seed=0", "-p", "tests.mutmut_frames"]
 

@@ -541,4 +541,28 @@ spec("cond", _branchy, inputs(lambda rng: np.array(0.7), normal(2, 3), normal(3)
 spec("cond", _branchy, inputs(lambda rng: np.array(-0.7), normal(2, 3), normal(3)), _branchy_ref,
      torch=_branchy_torch, tag="false")
 
+
+
+def _repeat(x, w):
+    """Three steps of h = tanh(h * w) + 0.5 from x, counted by an integer state."""
+    h, _ = sg.while_loop(lambda s: s[1] < 3, lambda s: (sg.tanh(s[0] * w) + 0.5, s[1] + 1), (x, sg.constant(0)))
+    return h
+
+
+def _repeat_ref(x, w):
+    for _ in range(3):
+        x = np.tanh(x * w) + 0.5
+    return x
+
+
+def _repeat_torch(T, x, w):
+    for _ in range(3):
+        x = T.tanh(x * w) + 0.5
+    return x
+
+
+# (second derivatives through a while_loop are refused: its backward pass runs over a tape)
+spec("while_loop", _repeat, inputs(normal(2, 3), normal(3)), _repeat_ref, torch=_repeat_torch, order=1)
+spec("reverse_tape", _repeat, inputs(normal(3), normal(3)), _repeat_ref, torch=_repeat_torch, order=1)
+
 OP_SPECS: list[OpSpec] = SPECS

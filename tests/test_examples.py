@@ -4,6 +4,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
@@ -73,3 +74,40 @@ def test_an_example_runs_as_a_script():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "hand values reproduced" in done.stdout
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_char_lm_learns_and_samples(cell, capsys):
+    result = load("char_lm").main(["--steps", "24", "--hidden", "16", "--embed", "8", "--window", "16",
+                                   "--sample", "40", "--cell", cell])
+    losses = result["loss"]
+    assert len(losses) == 24 and np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.5
+    before, after = result["held_out"]
+    assert after < before - 0.4                       # learned something about text it did not train on
+    assert result["sample"].startswith("The ") and len(result["sample"]) == 44
+    assert "held-out loss" in capsys.readouterr().out
+
+
+def test_sequence_classification_compares_padding_with_a_plan_per_length():
+    results = load("sequence_classification").main(["--epochs", "6", "--train", "800", "--longest", "6",
+                                                    "--hidden", "16", "--lr", "0.03"])
+    assert results["padded"]["plans"] == 1
+    assert results["per length"]["plans"] == 4                   # lengths 3 to 6, one plan each
+    for result in results.values():
+        assert result["accuracy"] >= 0.7                         # chance is 0.5
+        assert result["loss"][-1] < result["loss"][0] - 0.2
+
+
+def test_sequence_classification_padding_and_mask_give_the_per_length_logits():
+    example = load("sequence_classification")
+    rng = np.random.default_rng(1)
+    seqs, _ = example.make_sequences(12, 3, 9, rng)
+    model = example.Classifier(4, 6, seed=0)
+    _, padded = example.compile_padded(model, 0.01)
+    _, per_length = example.compile_per_length(model, 0.01)
+    got = padded(*example.pad(seqs, 9))
+    want = [per_length(s[:, None] + 1)[0] for s in seqs]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)      # the padding after a sequence changes nothing
+    seqs, labels = example.make_sequences(200, 3, 9, rng)
+    assert [bool(np.any(np.diff(s) == 0)) for s in seqs] == list(labels == 1)       # the task as stated
+    assert 0.4 < labels.mean() < 0.6 and {len(s) for s in seqs} == set(range(3, 10))

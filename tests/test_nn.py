@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
-from staticgrad import nn
+from staticgrad import eager, nn
 
 
 # ------------------------------------------------------------------ initializers
@@ -117,6 +117,27 @@ def test_mlp_output_activation_and_sequential(rng):
 def test_module_parameters_are_not_repeated_when_shared():
     layer = nn.Linear(2, 2, seed=0)
     assert len(nn.Sequential(layer, layer).parameters()) == 2
+
+
+def test_to_eager_copies_the_parameters_into_eager_leaves_that_take_gradients(rng):
+    shared = nn.Linear(3, 3, seed=0)
+    model = nn.Sequential(shared, sg.tanh, shared, nn.MLP([3, 2], seed=1))
+    twin = model.to_eager()
+    params, eager_params = model.parameters(), twin.parameters()
+    assert len(eager_params) == len(params) == 4               # the shared layer's two stay one pair
+    assert all(eager.is_eager(p) and p.requires_grad for p in eager_params)
+    assert [p.name for p in eager_params] == [p.name for p in params]
+    X = rng.normal(size=(5, 3))
+    x = sg.placeholder((None, 3))
+    loss = sg.sum(model(x) ** 2)
+    want = sg.compile([loss] + sg.grad(loss, params), inputs=[x])(X)
+    eager_loss = sg.sum(twin(eager.tensor(X)) ** 2)
+    eager_loss.backward()
+    np.testing.assert_allclose(eager_loss.value, want[0], rtol=1e-12)
+    for p, g in zip(eager_params, want[1:]):
+        np.testing.assert_allclose(p.grad, g, rtol=1e-12, atol=1e-14)
+    eager_params[0].value = np.zeros((3, 3))                   # the copy's values are its own
+    assert np.abs(params[0].value).max() > 0
 
 
 # ------------------------------------------------------------------ losses

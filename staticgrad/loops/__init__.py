@@ -8,5 +8,6 @@ from .body import Body
 from .branch import cond
 from .pytree import flatten, unflatten
 from .scan import scan
+from .whiles import fori_loop, while_loop
 
-__all__ = ["Body", "cond", "flatten", "scan", "unflatten"]
+__all__ = ["Body", "cond", "flatten", "fori_loop", "scan", "unflatten", "while_loop"]

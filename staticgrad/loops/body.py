@@ -8,6 +8,7 @@ placeholders and constants, and every pass, the lowering and the pictures can tr
 """
 from __future__ import annotations
 
+from ..eager import tensor as eager_tensor
 from ..graph import Graph
 from ..ops.registry import apply, as_tensor
 from ..tensor import CONTEXT, Tensor, _ids, placeholder
@@ -139,3 +140,9 @@ def outputs_as_tensors(leaves, like=None, what="output"):
 
 def role_now() -> str:
     return CONTEXT.role
+
+
+def eager_leaves(leaves):
+    """The leaves of a loop's state for a Python loop on eager tensors: a graph constant among them (a
+    counter ``sg.constant(0)``) becomes an eager tensor, so the loop can test and combine it."""
+    return [eager_tensor(x.value) if isinstance(x, Tensor) and x.op == "constant" else x for x in leaves]

@@ -13,7 +13,7 @@ from ..ops.registry import apply, as_tensor, defop
 from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, format_shape, user_frame
 from .body import Body, arg_placeholder, outputs_as_tensors, trace
-from .ops import MULTI, loop_output, publish
+from .ops import MULTI, fits, loop_output, publish
 from .pytree import flatten, unflatten
 
 
@@ -43,14 +43,14 @@ def cond(pred, true_fn, false_fn, *operands):
         raise TypeError(f"cond: the branches return different structures: {out_tree[0]!r} and {out_tree[1]!r} "
                         f"(at {source})")
     (then, caps_t), (other, caps_f) = bodies
-    then, other = _shared_inputs(then, caps_t, other, caps_f)
+    then, other = shared_inputs(then, caps_t, other, caps_f)
     node = apply("cond", [pred] + args + caps_t + caps_f, {"then": then, "other": other}, source=source)
     outs = [loop_output(node, k) for k in range(len(then.outputs))]
     return unflatten(out_tree[0], outs)
 
 
-def _shared_inputs(then, caps_t, other, caps_f):
-    """Both bodies over the same inputs: the operands, the true branch's captures, the false branch's."""
+def shared_inputs(then, caps_t, other, caps_f):
+    """Both bodies over the same inputs: their own arguments, the first's captures, the second's."""
     n = then.n_args
     extra_t = [arg_placeholder(c.shape, c.dtype, c.name or "captured") for c in caps_f]
     extra_f = [arg_placeholder(c.shape, c.dtype, c.name or "captured") for c in caps_t]
@@ -70,7 +70,7 @@ def _cond_infer(inputs, then, other):
     if len(ins_t) != len(inputs) - 1 or len(ins_f) != len(inputs) - 1:
         raise TypeError(f"its branches take {len(ins_t)} and {len(ins_f)} values, the node gives {len(inputs) - 1}")
     for k, (x, (shape, dtype)) in enumerate(zip(inputs[1:], ins_t)):
-        if len(shape) != len(x.shape) or x.dtype != dtype or ins_f[k][1] != dtype:
+        if not fits(x.shape, shape) or x.dtype != dtype or ins_f[k][1] != dtype:
             raise ShapeError(f"input {k} does not fit its branches")
     if len(outs_t) != len(outs_f) or any(a[1] != b[1] or len(a[0]) != len(b[0]) for a, b in zip(outs_t, outs_f)):
         raise ShapeError("its branches make values of different kinds: "

@@ -29,13 +29,13 @@ def scan_infer(inputs, body, n_carry, n_xs, length, reverse, checkpoint):
         if C <= k < C + X and not x.shape:
             raise ShapeError(f"xs {k - C} is 0-d: it has no axis to loop over")
         given = x.shape[1:] if C <= k < C + X else x.shape
-        if not _fits(given, shape) or x.dtype != dtype:
+        if not fits(given, shape) or x.dtype != dtype:
             raise ShapeError(f"input {k} gives the body {format_shape(given)} {x.dtype} where it takes "
                              f"{format_shape(shape)} {dtype}")
     if len(outs) < C:
         raise TypeError(f"its body makes {len(outs)} values, fewer than its {C} carries")
     for c in range(C):
-        if not _fits(outs[c][0], ins[c][0]) or outs[c][1] != ins[c][1]:
+        if not fits(outs[c][0], ins[c][0]) or outs[c][1] != ins[c][1]:
             raise ShapeError(f"its body turns carry {c} of {format_shape(ins[c][0])} {ins[c][1]} into "
                              f"{format_shape(outs[c][0])} {outs[c][1]}")
     if any(dtype == MULTI for _, dtype in outs):
@@ -62,7 +62,7 @@ def _count(value):
     return type(value) is int and value >= 0
 
 
-def _fits(given, shape):
+def fits(given, shape):
     """Whether a value of static shape ``given`` may feed one of ``shape`` (an unknown size fits any)."""
     return len(given) == len(shape) and all(a is None or b is None or a == b for a, b in zip(given, shape))
 

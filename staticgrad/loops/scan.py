@@ -19,7 +19,7 @@ from ..eager import is_eager
 from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
-from .body import Body, arg_placeholder, clone, outputs_as_tensors, trace
+from .body import Body, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
 from .ops import loop_output, register
 from .pytree import flatten, unflatten
 
@@ -40,7 +40,7 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
     if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
         raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
     if any(is_eager(v) for v in init_leaves + xs_leaves):
-        return _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
+        return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
     init_t = [as_tensor(v) for v in init_leaves]
     xs_t = [as_tensor(v) for v in xs_leaves]
     length = _static_length(xs_t, length, source)

@@ -21,7 +21,9 @@ def lower_loops(graph, order, shapes, build):
                 graph.nodes[i] = node.copy(attrs={"index": node.attrs["index"]})     # (only what it reads)
             continue
         feeds = shapes.bodies[i]
-        programs = {attr: build(node.attrs[attr].graph, feeds[attr]) for attr in opdef.bodies}
+        # (a body fed sizes known only at run time gets a builder: its runner builds it per size then)
+        programs = {attr: build(node.attrs[attr].graph, feeds[attr]) if feeds[attr] is not None
+                    else LazyProgram(node.attrs[attr].graph, build) for attr in opdef.bodies}
         in_shapes = [shapes[j] for j in node.inputs]
         dtypes = _value_dtypes(graph, i)
         runner = opdef.lowering.runner(node, programs, in_shapes, shapes.multi[i], dtypes)
@@ -29,6 +31,21 @@ def lower_loops(graph, order, shapes, build):
         graph.nodes[i] = node.copy(attrs={}, meta=meta)
         lowered.append((i, programs))
     return lowered
+
+
+class LazyProgram:
+    """A body whose sizes only a call can tell: built at the first call of each size, then reused."""
+
+    source = "# (built when the loop runs, for the sizes it is fed)"
+
+    def __init__(self, graph, build):
+        self.graph, self.build, self.built = graph, build, {}
+
+    def run_for(self, shapes):
+        program = self.built.get(shapes)
+        if program is None:
+            program = self.built[shapes] = self.build(self.graph, list(shapes))
+        return program.run
 
 
 def _value_dtypes(graph, i):

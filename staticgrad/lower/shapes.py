@@ -74,6 +74,9 @@ def _loop_shapes(node, opdef, shapes):
     feeds = opdef.lowering.feeds(node, in_shapes)
     outs = {}
     for attr in opdef.bodies:
+        if feeds[attr] is None:         # (sizes known only when it runs: its runner builds it then)
+            outs[attr] = None
+            continue
         body = node.attrs[attr].graph
         inner = concrete_shapes(body, list(body.nodes), feeds[attr])
         outs[attr] = [inner[o] for o in body.outputs]

@@ -23,6 +23,8 @@ def run(graph):
     """
     counts = {"merged": 0, "dropped": 0, "hoisted": 0, "sunk": 0}
     graph, counts["merged"] = merge(graph)
+    graph, n = merge_recorded(graph)
+    counts["merged"] += n
     for i in [i for i, n in graph.nodes.items() if n.op == "scan"]:
         for step, key in ((loop_motion.drop_dead, "dropped"), (loop_motion.hoist, "hoisted"),
                           (loop_motion.sink, "sunk"), (loop_motion.drop_dead, "dropped")):
@@ -50,6 +52,37 @@ def merge(graph):
     if not plans:
         return graph, 0
     return _merged(graph, plans), sum(len(m) - 1 for m in plans.values())
+
+
+def merge_recorded(graph):
+    """A loop that records a tape for its gradient (a while_loop's) stands for the same loop without one
+    over the same inputs: its final states are the same values. Returns (graph, loops removed)."""
+    groups = {}
+    for i, node in graph.nodes.items():
+        if "record" in node.attrs and node.attrs["body"].traced:
+            rest = tuple((k, v) for k, v in sorted(node.attrs.items()) if k not in ("body", "record"))
+            key = (node.op, id(node.attrs["body"].base), tuple(node.inputs), rest)
+            groups.setdefault(key, []).append(i)
+    mapping = {}
+    for members in groups.values():
+        recording = [m for m in members if graph.nodes[m].attrs["record"] is not None]
+        if len(recording) == 1:
+            mapping.update({m: recording[0] for m in members if m != recording[0]})
+    if not mapping:
+        return graph, 0
+    nodes = {}
+    for i, node in graph.nodes.items():
+        target = mapping.get(i)
+        if target is not None:
+            # (the recording loop takes the place of the first of its twins: it reads the same inputs)
+            nodes.setdefault(target, graph.nodes[target])
+            continue
+        if i in nodes:
+            continue
+        if any(x in mapping for x in node.inputs):
+            node = node.copy(inputs=[mapping.get(x, x) for x in node.inputs])
+        nodes[i] = node
+    return Graph(nodes, graph.outputs, graph.updates, graph.inputs), len(mapping)
 
 
 def _merged(graph, plans):

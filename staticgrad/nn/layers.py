@@ -1,14 +1,12 @@
-"""Layers, initializers and losses. Everything returns ordinary graph tensors.
-
-A layer is called on a tensor and returns a tensor; ``.parameters()`` lists the parameter tensors it
-owns, which is what optimizers and ``sg.save_parameters`` take.
-"""
+"""Initializers, activations, the Module base class, the feed-forward layers and the losses."""
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
-from . import ops
-from .tensor import ShapeError, Tensor, format_shape, parameter, user_frame
+from .. import eager, ops
+from ..tensor import ShapeError, Tensor, format_shape, parameter, user_frame
 
 
 # ------------------------------------------------------------------ initializers
@@ -83,6 +81,12 @@ def _activation(activation):
 
 
 # ------------------------------------------------------------------ layers
+def _is_parameter(x) -> bool:
+    # an eager copy's parameters are eager leaves that require grad (see Module.to_eager)
+    return isinstance(x, Tensor) and (x.op == "parameter" or (eager.is_eager(x) and x.op == eager.LEAF_OP
+                                                               and x.requires_grad))
+
+
 class Module:
     """Base class: a callable that owns parameters (its own and those of sub-modules)."""
 
@@ -91,16 +95,37 @@ class Module:
         for value in vars(self).values():
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:
-                params = item.parameters() if isinstance(item, Module) else \
-                    [item] if isinstance(item, Tensor) and item.op == "parameter" else []
+                params = item.parameters() if isinstance(item, Module) else [item] if _is_parameter(item) else []
                 for p in params:
                     if p.id not in seen:
                         seen.add(p.id)
                         found.append(p)
         return found
 
+    def to_eager(self, memo=None):
+        """A copy of this module whose parameters are eager tensors (``requires_grad=True``) holding copies
+        of the current values, so the same layer code runs define-by-run; gradients land in ``.grad``."""
+        memo = {} if memo is None else memo       # a parameter shared by two sub-modules stays shared
+        twin = copy.copy(self)
+        for key, value in vars(self).items():
+            if isinstance(value, (list, tuple)):
+                setattr(twin, key, type(value)(_eager_twin(v, memo) for v in value))
+            else:
+                setattr(twin, key, _eager_twin(value, memo))
+        return twin
+
     def __call__(self, x):
         raise NotImplementedError
+
+
+def _eager_twin(value, memo):
+    if isinstance(value, Module):
+        return value.to_eager(memo)
+    if isinstance(value, Tensor) and value.op == "parameter":
+        if value.id not in memo:
+            memo[value.id] = eager.tensor(value.value, requires_grad=value.dtype.kind == "f", name=value.name)
+        return memo[value.id]
+    return value
 
 
 class Linear(Module):

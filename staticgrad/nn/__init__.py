@@ -1,0 +1,29 @@
+"""Layers, initializers and losses. Everything returns ordinary graph tensors.
+
+A layer is called on a tensor and returns a tensor; ``.parameters()`` lists the parameter tensors it
+owns, which is what optimizers and ``sg.save_parameters`` take; ``.to_eager()`` gives a copy over eager
+tensors, so the same layer runs define-by-run. ``layers``: initializers, Linear, MLP, Sequential and the
+losses; ``sequence``: Embedding and the recurrent layers (RNN, LSTM, GRU), laid out as in torch.nn.
+"""
+from .layers import (
+    ACTIVATIONS,
+    INITIALIZERS,
+    MLP,
+    Linear,
+    Module,
+    Sequential,
+    accuracy,
+    binary_cross_entropy_with_logits,
+    glorot_normal,
+    glorot_uniform,
+    he_normal,
+    he_uniform,
+    mse,
+    softmax_cross_entropy,
+    zeros,
+)
+from .sequence import GRU, LSTM, RNN, Embedding
+
+__all__ = ["ACTIVATIONS", "INITIALIZERS", "Module", "Linear", "MLP", "Sequential", "Embedding", "RNN", "LSTM",
+           "GRU", "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "zeros", "mse",
+           "binary_cross_entropy_with_logits", "softmax_cross_entropy", "accuracy"]
