@@ -37,8 +37,9 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
     source = user_frame()
     init_leaves, init_tree = flatten(init)
     xs_leaves, xs_tree = flatten(xs)
-    if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
+    if checkpoint is not None and _count(checkpoint, source, "checkpoint", 1) < 1:
         raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
+    checkpoint = None if checkpoint is None else int(checkpoint)
     if any(is_eager(v) for v in init_leaves + xs_leaves):
         return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
     init_t = [as_tensor(v) for v in init_leaves]
@@ -86,14 +87,15 @@ def _static_length(xs_t, length, source):
     return sizes.pop() if sizes else None
 
 
-def _count(length, source):
-    """``length`` as a Python int (numpy's integers too), if it is a non-negative integer."""
+def _count(value, source, what="length", least=0):
+    """``value`` as a Python int (numpy's integers too), if it is an integer of at least ``least``."""
     try:
-        n = operator.index(length) if not isinstance(length, (bool, np.bool_)) else -1
+        n = operator.index(value) if not isinstance(value, (bool, np.bool_)) else least - 1
     except TypeError:
-        n = -1
-    if n < 0:
-        raise ValueError(f"scan: length must be a non-negative int, got {length!r} (at {source})")
+        n = least - 1
+    if n < least:
+        kind = "a non-negative int" if least == 0 else "a positive int or None"
+        raise ValueError(f"scan: {what} must be {kind}, got {value!r} (at {source})")
     return n
 
 

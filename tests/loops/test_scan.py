@@ -545,16 +545,19 @@ def test_steps_must_be_known_and_agree(mode):
              (dict(xs=s), sg.ShapeError, r"leading axis|0-d"),
              (dict(length=-1), ValueError, r"length"),
              (dict(length=2.0), ValueError, r"length"),
-             (dict(xs=X, checkpoint=0), ValueError, r"checkpoint")]
+             (dict(length=True), ValueError, r"length"),
+             (dict(xs=X, checkpoint=0), ValueError, r"checkpoint"),
+             (dict(xs=X, checkpoint=True), ValueError, r"checkpoint"),
+             (dict(xs=X, checkpoint=2.0), ValueError, r"checkpoint")]
     for kwargs, kind, message in cases:
         with pytest.raises(kind, match=message) as err:
             sg.scan(body, c0, **kwargs)
         assert "test_scan.py:" in str(err.value), kwargs
 
 
-def test_numpy_integer_length_is_a_length():
-    c, ys = sg.scan(lambda c, _: (c + 1.0, c), sg.constant(0.0), length=np.int64(3))
-    assert ys.shape == (3,)
+def test_numpy_integers_are_a_length_and_a_checkpoint():
+    c, ys = sg.scan(lambda c, _: (c + 1.0, c), sg.constant(0.0), length=np.int64(3), checkpoint=np.int32(2))
+    assert ys.shape == (3,) and ys.inputs[0].attrs["length"] == 3 and ys.inputs[0].attrs["checkpoint"] == 2
 
 
 def test_an_error_inside_the_body_names_the_body_line():
