@@ -64,13 +64,17 @@ def _np_cast(x, dtype):
     return np.asarray(x).astype(dtype)
 
 
+def python_cond(pred, true_fn, false_fn, *operands):
+    return true_fn(*operands) if bool(pred) else false_fn(*operands)
+
+
 NP = SimpleNamespace(
-    name="numpy", scan=reference_scan(np.stack, lambda shape, like: np.zeros(shape, like.dtype)),
+    name="numpy", cond=python_cond, scan=reference_scan(np.stack, lambda shape, like: np.zeros(shape, like.dtype)),
     tanh=np.tanh, sin=np.sin, cos=np.cos, exp=np.exp, sqrt=np.sqrt, sum=np.sum, maximum=np.maximum,
     cast=_np_cast, const=np.asarray, zeros=np.zeros, stack=np.stack, where=np.where)
 
 SG = SimpleNamespace(
-    name="staticgrad", scan=sg.scan, tanh=sg.tanh, sin=sg.sin, cos=sg.cos, exp=sg.exp, sqrt=sg.sqrt,
+    name="staticgrad", cond=sg.cond, scan=sg.scan, tanh=sg.tanh, sin=sg.sin, cos=sg.cos, exp=sg.exp, sqrt=sg.sqrt,
     sum=sg.sum, maximum=sg.maximum, cast=sg.cast, const=sg.constant,
     zeros=lambda shape, dtype=float: sg.constant(np.zeros(shape, dtype)), stack=sg.stack, where=sg.where)
 
@@ -95,7 +99,8 @@ def torch_namespace():
         return torch.zeros(shape, dtype=getattr(torch, np.dtype(dtype).name))
 
     return SimpleNamespace(
-        name="torch", scan=reference_scan(torch.stack, lambda shape, like: torch.zeros(shape, dtype=like.dtype)),
+        name="torch", cond=python_cond,
+        scan=reference_scan(torch.stack, lambda shape, like: torch.zeros(shape, dtype=like.dtype)),
         tanh=torch.tanh, sin=torch.sin, cos=torch.cos, exp=torch.exp, sqrt=torch.sqrt, sum=tsum,
         maximum=torch.maximum, cast=cast, const=const, zeros=zeros, stack=torch.stack, where=torch.where)
 

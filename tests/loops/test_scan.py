@@ -1130,3 +1130,26 @@ def test_three_nested_loops_to_second_order():
         f, ys = sg.scan(outer, f0, xs=A)
         return sg.sum(f * f) + sg.sum(ys)
     check_grads(f, [rand(2, 2, 2, 3), rand(3)], order=2)
+
+
+# ------------------------------------------------------------------ branches in the body
+def test_a_branch_on_the_data_in_each_step():
+    def model(m, X, W, c0):
+        def step(c, x):
+            c = m.cond(m.sum(x) > 0.0, lambda c, x: m.tanh(c @ W + x), lambda c, x: c * 0.5 - x, c, x)
+            return c, m.cond(m.sum(c) > 0.0, lambda c: c * 2.0, lambda c: m.sin(c), c)
+        return m.scan(step, c0, xs=X)
+    X0 = rand(6, 3)
+    X0[::2] = np.abs(X0[::2])
+    X0[1::2] = -np.abs(X0[1::2])            # both branches taken
+    check(model, X0, rand(3, 3), rand(3), order=2)
+    check(model, X0, rand(3, 3), rand(3), unknown=(0,))
+
+
+def test_a_loop_inside_a_branch():
+    def model(m, X, a, c0):
+        def loop(c):
+            return m.scan(lambda d, x: (m.sin(d) * a + x, d * x), c, xs=X)
+        return m.cond(m.sum(a) > 0.0, loop, lambda c: (c * 2.0, X * c), c0)
+    for sign in (1.0, -1.0):
+        check(model, rand(4, 3), np.abs(rand(3)) * sign, rand(3), order=2)
