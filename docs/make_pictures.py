@@ -1,8 +1,8 @@
 """Render the pictures under docs/ (run: .venv/bin/python docs/make_pictures.py; needs Graphviz's dot).
 
 The 2-3-2-1 sigmoid network with 20 parameters and the polynomial of docs/worked_examples.md
-(examples 3 and 1), drawn the ways `sg.to_dot` offers: forward and backward side by side, values and
-gradient flow, name scopes collapsed, and what the optimization passes did.
+(examples 3 and 1), drawn the ways `sg.to_dot` offers (forward and backward side by side, values and
+gradient flow, name scopes collapsed, what the passes did), and a tanh RNN's two loops (rnn_loop()).
 """
 import os
 
@@ -35,6 +35,27 @@ def polynomial():
     return sg.compile([y] + sg.grad(y, [u, v]), inputs=[u, v])
 
 
+def rnn_loop():
+    """h_t = tanh(x_t Wx + h_{t-1} Wh + b) over 50 steps by sg.scan, loss = 0.5 mean(h²), and the
+    gradients of Wx, Wh and b (the reverse loop), compiled."""
+    # (imported here, not at the top: the lines above keep the numbers the README quotes)
+    import numpy as np
+    rng = np.random.default_rng(0)
+    X = sg.placeholder((50, 1, 3), name="X")
+    Wx = sg.parameter(rng.normal(size=(3, 4)) * 0.5, name="Wx")
+    Wh = sg.parameter(rng.normal(size=(4, 4)) * 0.5, name="Wh")
+    b = sg.parameter(np.zeros(4), name="b")
+
+    def step(h, x):
+        h = sg.tanh(x @ Wx + h @ Wh + b)
+        h.name = "h"
+        return h, h
+    _, hs = sg.scan(step, sg.constant(np.zeros((1, 4)), name="h"), xs=X)
+    loss = 0.5 * sg.mean(hs * hs)
+    loss.name = "loss"
+    return sg.compile([loss] + sg.grad(loss, [Wx, Wh, b]), inputs=[X])
+
+
 def main():
     net, feeds = sigmoid_net()
     out = lambda name: os.path.join(HERE, name)      # noqa: E731
@@ -51,6 +72,7 @@ def main():
     with open(out("polynomial_trace.txt"), "w") as fh:
         sg.trace(poly, (5.0, 7.0), file=fh)
     written.append(out("polynomial_trace.txt"))
+    written.append(sg.save_dot(rnn_loop(), out("rnn_loop.svg")))
     for path in written:
         print(os.path.relpath(path))
 

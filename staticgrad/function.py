@@ -330,7 +330,8 @@ class Function:
 
     @property
     def graph(self):
-        """The optimized graph as a networkx.DiGraph (node attributes: op, shape, dtype, role, ...)."""
+        """The optimized graph as a networkx.DiGraph (node attributes: op, shape, dtype, role, ...; a loop's
+        node also ``bodies``: {attribute: its body as such a DiGraph}; see ``Graph.to_networkx``)."""
         if self._graph is None:
             self._graph = self.ir.to_networkx()
         return self._graph

@@ -10,6 +10,7 @@ import itertools
 import networkx as nx
 import numpy as np
 
+from .ops.registry import REGISTRY
 from .tensor import NO_ATTRS, Tensor
 
 _node_ids = itertools.count(1 << 40)   # ids for nodes the passes create; tensor ids stay below
@@ -267,12 +268,22 @@ class Graph:
         return seen
 
     def to_networkx(self) -> nx.DiGraph:
+        """A networkx.DiGraph of the nodes (attributes op, shape, dtype, role, name, source, scope, attrs,
+        adjoint_of, rule, requires_grad, label; ``outputs``/``updates`` on the nodes that are those) and
+        edges input -> consumer (``slots``: which of the consumer's inputs). A node holding bodies (a
+        loop's) also has ``bodies``: {attribute: the body's own DiGraph, in this form}, whose nodes with
+        ``inputs`` (the body's placeholders, in order) and ``outputs`` are what the node feeds and reads."""
         g = nx.DiGraph()
         for node in self.nodes.values():
             g.add_node(node.id, op=node.op, shape=node.shape, dtype=node.dtype, role=node.role,
                        name=node.name, source=node.source, scope=node.scope, attrs=node.attrs,
                        adjoint_of=node.adjoint_of, rule=node.rule, requires_grad=node.requires_grad,
                        label=node.label())
+            opdef = REGISTRY.get(node.op)
+            if opdef is not None and opdef.bodies:
+                # (recursion as deep as loops nest, which a loaded file bounds)
+                g.nodes[node.id]["bodies"] = {a: node.attrs[a].graph.to_networkx() for a in opdef.bodies
+                                              if a in node.attrs}
             for slot, i in enumerate(node.inputs):
                 if g.has_edge(i, node.id):
                     g.edges[i, node.id]["slots"].append(slot)
@@ -282,4 +293,7 @@ class Graph:
             g.nodes[o].setdefault("outputs", []).append(k)
         for p, e in self.updates:
             g.nodes[e]["updates"] = p
+        for k, i in enumerate(self.inputs):
+            if i in g:
+                g.nodes[i].setdefault("inputs", []).append(k)
         return g

@@ -7,7 +7,8 @@ def _num(value) -> str:
 
 
 class Report:
-    """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table.
+    """What each pass did, as ``.rows`` (one dict per pass run); ``str(report)`` is a table, then a line
+    per pass run that reported what it did by kind (its row's ``details``: "loops: hoisted 6, sunk 3").
 
     It is also the sequence of those rows (``len``, ``report[0]``, iteration), and ``report["plans"]``
     reads the summary that follows the table (plans, backend, memory of the newest plan, ...).
@@ -29,9 +30,27 @@ class Report:
                          f"{r['seconds'] * 1e3:>8.2f}{_num(r.get('flops')):>11}{_num(r.get('peak_bytes')):>10}"
                          f"{_num(r.get('peak_bytes_unplanned')):>10}"
                          f"{'yes' if r.get('fixed_point', True) else 'no':>6}  {delta}")
+        lines += self._details()
         for key, value in self.summary.items():
             lines.append(f"{key}: {value}")
         return "\n".join(lines)
+
+    def _details(self) -> list:
+        """A line per pass run that said what it did by kind ("loops: merged 1, hoisted 6, sunk 3"),
+        numbered where one pass ran more than once."""
+        runs = {}
+        for r in self.rows:
+            runs[r["pass"]] = runs.get(r["pass"], 0) + 1
+        seen, lines = {}, []
+        for r in self.rows:
+            seen[r["pass"]] = seen.get(r["pass"], 0) + 1
+            details = r.get("details") or {}
+            if not details:
+                continue
+            name = r["pass"] + (f" (run {seen[r['pass']]})" if runs[r["pass"]] > 1 else "")
+            lines.append(f"{name}: " + ", ".join(f"{kind} {_num(n) if isinstance(n, int) else n}"
+                                                 for kind, n in details.items()))
+        return lines
 
     def __repr__(self):
         return str(self)

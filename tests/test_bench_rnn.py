@@ -79,7 +79,6 @@ def test_variant_names_and_their_stored_everything_counterparts():
     assert impl_staticgrad.impl_name(backend="numba") == "staticgrad[numba]"
 
 
-@pytest.mark.xfail(strict=True, reason="sg.scan accepts checkpoint= but its VJP still stores every carry (f8310f5)")
 def test_checkpointing_lowers_staticgrads_peak_memory():
     wl = workloads.rnn_workload("mid", inputs=4, hidden=16, steps=256, batch=4)
     data = workloads.make_data(wl)

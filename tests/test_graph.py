@@ -144,3 +144,21 @@ def test_reverse_order_is_networkxs_lexicographic_order_of_the_reversed_graph():
         walked = [t.id for t in reverse_order([y], lambda t: True)]
         graph = to_digraph([y])
         assert walked == list(nx.lexicographical_topological_sort(graph.reverse(copy=False)))
+
+
+def test_networkx_view_gives_each_loop_its_bodies_as_networkx_graphs():
+    from tests.explain.rnn_case import rnn
+    fn = rnn()["fn"]
+    g = fn.graph
+    scans = [i for i, d in g.nodes(data=True) if d["op"] == "scan"]
+    assert len(scans) == 2 and nx.is_directed_acyclic_graph(g)
+    for i in scans:
+        body = fn.ir.nodes[i].attrs["body"].graph
+        inner = g.nodes[i]["bodies"]["body"]
+        assert isinstance(inner, nx.DiGraph) and set(inner.nodes) == set(body.nodes)
+        assert sorted((d["inputs"][0], j) for j, d in inner.nodes(data=True) if "inputs" in d) == \
+            list(enumerate(body.inputs))
+        assert all(inner.nodes[o]["outputs"] for o in body.outputs)
+        assert g.nodes[i]["attrs"]["body"] is fn.ir.nodes[i].attrs["body"]
+    assert all("bodies" not in d for _, d in g.nodes(data=True) if d["op"] != "scan")
+    assert g.nodes[fn.ir.inputs[0]]["inputs"] == [0]

@@ -15,6 +15,8 @@ import subprocess
 import pydot
 
 from ..tensor import ROLES, StaticgradError, format_shape
+from . import loopdot
+from .loopinfo import is_loop
 from .picture import (
     _add_values,
     _cluster_id,
@@ -28,7 +30,7 @@ from .picture import (
     saved_size,
     tooltip,
 )
-from .trace import format_value
+from .trace import format_value, iteration_count
 
 STYLES = {
     "forward": {"shape": "box", "style": "filled", "fillcolor": "#dbe9f6", "color": "#2b6ca3"},
@@ -66,7 +68,7 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
     dot = pydot.Dot(name, graph_type="digraph", rankdir=rankdir, fontname="Helvetica", newrank="true")
     dot.set_node_defaults(fontname="Helvetica", fontsize="11")
     dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
-    sheet = _Sheet(pic, dot, view, scopes)
+    sheet = _Sheet(pic, dot, view, scopes, loop_boxes=collapse is True)
     # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together).
     for node in graph.nodes.values():
         if node.id in keep:
@@ -76,12 +78,12 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
         info["role"] = next(r for r in ROLES if r in info["roles"])
         _add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
     if view == "full":
-        _full_edges(pic, dot, sheet.drawn, sheet.boxes)
+        _full_edges(pic, dot, sheet)
     else:
-        _forward_edges(pic, dot, sheet.drawn)
-        _flow_edges(pic, dot, sheet.drawn)
+        _forward_edges(pic, dot, sheet.drawn, sheet.loops)
+        _flow_edges(pic, dot, sheet.drawn, sheet.loops)
     if legend:
-        dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in sheet.drawn}))
+        dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in sheet.drawn}, bool(sheet.loops)))
         dot.set("labelloc", "b")
         dot.set("fontsize", "10")
     return dot
@@ -90,11 +92,13 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
 class _Sheet:
     """The DOT nodes drawn so far, the clusters they sit in, and the boxes of collapsed scopes."""
 
-    def __init__(self, pic, dot, view, scopes):
+    def __init__(self, pic, dot, view, scopes, loop_boxes=False):
         self.pic, self.dot, self.view, self.scopes = pic, dot, view, scopes
         self.clusters = {}
         self.drawn = {}          # node id -> the DOT name standing for it
         self.boxes = {}          # DOT name of a box -> {"roles": {role: count}, "scope", "ids"}
+        self.loops = {}          # id of a loop drawn as a cluster -> loopdot.Drawn (how edges reach its body)
+        self.loop_boxes = loop_boxes
         self.outputs = {}
         for k, o in enumerate(pic.graph.outputs):
             self.outputs.setdefault(o, []).append(k)
@@ -125,9 +129,17 @@ class _Sheet:
             info["roles"][role] = info["roles"].get(role, 0) + 1
             self.drawn[node.id] = box
             return
-        pic, attrs = self.pic, dict(STYLES[role])
-        if not node.inputs:
-            attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
+        pic = self.pic
+        target = self.cluster(role, pic.scope_of(node) if self.scopes else "")
+        if is_loop(node):
+            if self.loop_boxes:
+                self.drawn[node.id] = loopdot.box(self, node, target, STYLES[role])
+            else:
+                self.drawn[node.id] = f"loop_{node.id}"
+                self.loops[node.id] = loopdot.cluster_of(self, node, target, "", pic.records.get(node.id),
+                                                         node_style)
+            return
+        attrs = node_style(node)
         lines = node_lines(pic, node) + _marks(pic, node, self.outputs)
         if self.view == "flow" and pic.values is not None:
             for k, g in enumerate(_flow_gradients(pic, node.id)):
@@ -139,10 +151,17 @@ class _Sheet:
         if mark is not None:
             attrs.update(mark[0])
             lines += [f'<FONT POINT-SIZE="10"><B>{_esc(t)}</B></FONT>' for t in mark[1]]
-        target = self.cluster(role, pic.scope_of(node) if self.scopes else "")
         target.add_node(pydot.Node(str(node.id), label="<" + "<BR/>".join(lines) + ">",
                                    tooltip=tooltip(pic, node), **attrs))
         self.drawn[node.id] = str(node.id)
+
+
+def node_style(node) -> dict:
+    """The DOT attributes of a node of this role and op (leaves get shapes of their own)."""
+    attrs = dict(STYLES[node.role if node.role in STYLES else "forward"])
+    if not node.inputs:
+        attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
+    return attrs
 
 
 def _add_box(pic, box, info, cluster):
@@ -182,32 +201,36 @@ def _edge_kind(src, dst):
     return "plain"
 
 
-def _full_edges(pic, dot, drawn, boxes):
+def _full_edges(pic, dot, sheet):
     graph, values = pic.graph, pic.values
+    drawn, boxes, loops = sheet.drawn, sheet.boxes, sheet.loops
+    loop_boxes = {drawn[i] for i in drawn if i not in loops and is_loop(graph.nodes[i])}
     grads = pic.gradient_ids
     merged = {}     # collapsed boxes: (src, dst, kind, backward) -> set of source ids
     for node in graph.nodes.values():
         if node.id not in drawn:
             continue
-        for i in node.inputs:
+        for slot, i in enumerate(node.inputs):
             if i not in drawn:
                 continue
             src = graph.nodes[i]
             kind = _edge_kind(src, node)
-            a, b = drawn[i], drawn[node.id]
-            if a != str(i) or b != str(node.id):
-                if a != b:      # (a backward edge between boxes still runs against the arrow)
-                    back = src.role == "backward" and node.role == "backward"
-                    merged.setdefault((a, b, kind, back), set()).add(i)
-                continue
-            attrs = {}
-            if kind == "saved":
-                attrs = dict(SAVED_EDGE, label=f"saved {saved_size(src, values.get(i) if values else None)}")
-            elif i in grads:
-                attrs = dict(GRAD_EDGE)
-                if values is not None:
-                    attrs["label"] = format_value(values.get(i), max_size=4)
-            _add_edge(dot, a, b, src, node, attrs)
+            sized = node if is_loop(src) else src      # (what a loop hands on: the value its reader reads)
+            for a, b in loopdot.ends(drawn, loops, i, node, slot):
+                if a in boxes or b in boxes or a in loop_boxes or b in loop_boxes:
+                    if a != b:      # (a backward edge between boxes still runs against the arrow)
+                        back = src.role == "backward" and node.role == "backward"
+                        merged.setdefault((a, b, kind, back), set()).add(sized.id)
+                    continue
+                attrs = {}
+                if kind == "saved":
+                    value = values.get(sized.id) if values else None
+                    attrs = dict(SAVED_EDGE, label=f"saved {saved_size(sized, value)}")
+                elif i in grads:
+                    attrs = dict(GRAD_EDGE)
+                    if values is not None:
+                        attrs["label"] = format_value(values.get(i), max_size=4)
+                _add_edge(dot, a, b, src, node, attrs)
     for (a, b, kind, back), ids in merged.items():
         attrs = {}
         if kind == "saved":
@@ -233,14 +256,15 @@ def _add_edge(dot, a, b, src, dst, attrs):
         dot.add_edge(pydot.Edge(a, b, **attrs))
 
 
-def _forward_edges(pic, dot, drawn):
+def _forward_edges(pic, dot, drawn, loops):
     seen = set()
     for node in pic.graph.nodes.values():
         if node.id not in drawn:
             continue
-        for i in node.inputs:
-            if i in drawn:
-                a, b = drawn[i], drawn[node.id]
+        for slot, i in enumerate(node.inputs):
+            if i not in drawn:
+                continue
+            for a, b in loopdot.ends(drawn, loops, i, node, slot):
                 if a == b or ((a, b) in seen and a != str(i)):
                     continue
                 seen.add((a, b))
@@ -256,20 +280,27 @@ def _flow_gradients(pic, i) -> list:
     return out
 
 
-def _flow_edges(pic, dot, drawn):
-    """The reverse sweep drawn on the forward graph: each contribution as an edge from a node to its input."""
+def _flow_edges(pic, dot, drawn, loops):
+    """The reverse sweep drawn on the forward graph: each contribution as an edge from a node to its input
+    (to the body placeholder it feeds, at a loop drawn as a cluster)."""
     for steps, _ in pic.sweeps:
         for step in steps:
+            node = pic.graph.nodes.get(step["node"])
             for x, c in step["sends"]:
-                if step["node"] in drawn and x in drawn and drawn[x] != drawn[step["node"]]:
-                    attrs = dict(FLOW_EDGE)
-                    if pic.values is not None:
-                        attrs["label"] = format_value(pic.values.get(c), max_size=4)
-                    dot.add_edge(pydot.Edge(drawn[x], drawn[step["node"]], **attrs))
+                if node is None or node.id not in drawn or x not in drawn or drawn[x] == drawn[node.id]:
+                    continue
+                attrs = dict(FLOW_EDGE)
+                if pic.values is not None:
+                    attrs["label"] = format_value(pic.values.get(c), max_size=4)
+                slot = node.inputs.index(x) if x in node.inputs else None
+                for a, b in loopdot.ends(drawn, loops, x, node, slot):
+                    dot.add_edge(pydot.Edge(a, b, **attrs))
 
 
-def _legend(pic, view, roles) -> str:
+def _legend(pic, view, roles, loops=False) -> str:
     parts = [ROLE_TEXT[r] for r in ROLES if r in roles]
+    if loops:
+        parts.append("a loop: a cluster holding its body, dashed edges back up: its carries")
     if view == "full":
         parts.append("purple dashed edges: forward values saved for the backward pass")
         if pic.sweeps:
@@ -283,8 +314,8 @@ def _legend(pic, view, roles) -> str:
 
 
 # ------------------------------------------------------------------ public API
-def to_dot(target, stage="optimized", *, feeds=None, collapse=False, around=None, depth=2, view="full",
-           scopes=True, legend=True, name="staticgrad", rankdir="TB") -> pydot.Dot:
+def to_dot(target, stage="optimized", *, feeds=None, iterations=False, collapse=False, around=None, depth=2,
+           view="full", scopes=True, legend=True, name="staticgrad", rankdir="TB") -> pydot.Dot:
     """A pydot graph of a tensor, a list of tensors or a compiled function.
 
     One node per tensor, labelled with op, name, shape and dtype (small constants show their value).
@@ -299,10 +330,21 @@ def to_dot(target, stage="optimized", *, feeds=None, collapse=False, around=None
     keyed by placeholder for tensors) runs the graph once, without updating parameters, and writes values
     on nodes and gradients on backward edges. ``view="flow"``: the forward graph only, with the reverse
     sweep drawn as red edges labelled with the contribution each input received.
+
+    A loop (``sg.scan``; any op with bodies) is a cluster holding its body, styled by role (the reverse
+    loop of a gradient is a backward cluster), with its carries as dashed edges from the body output
+    that becomes the next carry back up to the carry's placeholder, the loop's inputs drawn into the
+    placeholders they feed and its ``loop_output`` s out of the outputs they read; loops in loops nest.
+    ``collapse=True`` draws each loop as one box ("scan (50 steps)", the ops per iteration).
+    ``iterations=n`` (with ``feeds``) writes on each body node its values at the first and last
+    iterations of the first and last ``n`` recorded (``True``: 3), as ``fn.trace`` records them.
     """
     pic = picture_of(target, stage)
+    keep = iteration_count(iterations)
+    if keep and feeds is None:
+        raise ValueError("to_dot: iterations= writes the values of loop bodies, so it needs feeds=")
     if feeds is not None:
-        _add_values(pic, feeds)
+        _add_values(pic, feeds, keep)
     return draw(pic, collapse=collapse, around=around, depth=depth, view=view, scopes=scopes, legend=legend,
                 name=name, rankdir=rankdir)
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..graph import Graph
 from ..tensor import Tensor, format_shape
+from .loopinfo import is_loop
 from .trace import format_value, run_values, sweeps_of, tensor_closure
 
 
@@ -22,6 +23,7 @@ class Picture:
         self.lookup = lookup            # {id: Node or Tensor}, wider than graph: for adjoint_of lookups
         self.tensors = tensors or {}
         self.values = None              # {id: array} when feeds were given
+        self.records = {}               # {loop id: {body attribute: Iterations}} when iterations were asked for
         self.sweeps = sweeps_of(graph)
         self.marks = {}                 # {id: (style dict, [label lines])}, used by diff_dot
         self.note = ""                  # extra text for the legend
@@ -103,14 +105,23 @@ def picture_of(target, stage="optimized") -> Picture:
     return pic
 
 
-def _add_values(pic, feeds):
+def _add_values(pic, feeds, keep=0):
+    """Values on ``pic``'s nodes from one run on ``feeds``; with ``keep``, what each loop's body computed
+    at its first and last ``keep`` iterations."""
     target = pic.function if pic.function is not None else pic.graph
-    values, _ = run_values(target, feeds)
+    optimized = pic.function is not None and pic.graph is pic.function.ir
+    records = {} if keep and not optimized else None
+    values, _ = run_values(target, feeds, records, keep)
     if pic.function is not None:
-        # Nodes a pass created (new ids) are computed from their inputs when the registry knows their op.
+        # Nodes a pass created (new ids) are computed from their inputs when the registry knows their op;
+        # so are loops, whose bodies the passes rewrite under the same id.
         from .trace import evaluate, feeds_by_id
-        values = evaluate(pic.graph, feeds_by_id(pic.function, feeds), known=values)
+        if optimized:
+            values = {i: v for i, v in values.items() if not (i in pic.graph.nodes and is_loop(pic.graph.nodes[i]))}
+            records = {} if keep else None
+        values = evaluate(pic.graph, feeds_by_id(pic.function, feeds), known=values, records=records, keep=keep)
     pic.values = values
+    pic.records = records or {}
 
 
 # ------------------------------------------------------------------ labels and sizes
@@ -131,11 +142,18 @@ def _static_bytes(node):
     return n, None not in node.shape
 
 
+def nbytes(value) -> int:
+    """The bytes of a value (of a loop node's several values: their sum)."""
+    if isinstance(value, (tuple, list)):
+        return sum(nbytes(v) for v in value)
+    return np.asarray(value).nbytes
+
+
 def saved_size(node, value=None) -> str:
     """The bytes a saved forward value takes: measured when its value is known, else from its static shape
     (with unknown dims: the bytes per unit of them, followed by "× ?")."""
     if value is not None:
-        return _bytes(np.asarray(value).nbytes)
+        return _bytes(nbytes(value))
     n, known = _static_bytes(node)
     return _bytes(n) if known else f"{_bytes(n)} × ? (unknown dims)"
 
@@ -145,7 +163,7 @@ def _total_size(nodes, values) -> str:
     for node in nodes:
         v = values.get(node.id) if values else None
         if v is not None:
-            fixed += np.asarray(v).nbytes
+            fixed += nbytes(v)
             continue
         n, known = _static_bytes(node)
         if known:
@@ -185,6 +203,7 @@ def _marks(pic, node, outputs) -> list:
 
 
 def tooltip(pic, node) -> str:
+    """The user's line, name scope, provenance (for an adjoint) and value of ``node``, as hover text."""
     parts = [f"{node.label()}: {node.op} {format_shape(node.shape)} {node.dtype}, built at {node.source or '?'}"]
     if node.scope:
         parts.append(f"name scope: {node.scope}")

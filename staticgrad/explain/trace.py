@@ -1,9 +1,10 @@
-"""Values inside a graph, for people checking autodiff by hand: a small IR interpreter and ``trace``.
+"""Values inside a graph, for people checking autodiff by hand: ``trace`` and the values pictures use.
 
-``evaluate`` runs a graph node by node with the registry's numpy kernels and keeps every value (the
-compiled executor drops intermediates, so it cannot show them). ``trace`` prints the reverse sweep that
-``sg.grad`` recorded as a table: what each node received (and the running sums where a tensor forks),
-the VJP rule applied and the contribution sent to each input.
+``run_values`` runs a compiled function's graph once through the interpreter of
+``staticgrad.explain.evaluate`` (every value kept). ``trace`` prints the reverse sweep that ``sg.grad``
+recorded as a table: what each node received (and the running sums where a tensor forks), the VJP rule
+applied and the contribution sent to each input; with ``iterations`` also what each loop's body computed
+at its first and last iterations.
 """
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import numpy as np
 
 from ..autodiff import summed_from
 from ..feeds import check_feed
-from ..function import ExecutionError, Function
+from ..function import Function
 from ..graph import Graph
 from ..ops.registry import REGISTRY
 from ..tensor import LEAVES, FeedError, Tensor, format_shape
+from . import looptable
+from .evaluate import KEEP, evaluate
+from .loopinfo import is_loop
 
 
 # ------------------------------------------------------------------ formatting
@@ -31,9 +35,14 @@ def _number(x, digits) -> str:
 
 
 def format_value(value, max_size=6, digits=4) -> str:
-    """A short text for ``value``: in full when it has at most ``max_size`` elements, else shape + summary."""
+    """A short text for ``value``: in full when it has at most ``max_size`` elements, else shape + summary
+    (a loop node's several values: each, between parentheses)."""
     if value is None:
         return "?"
+    if isinstance(value, tuple):
+        return "(" + "; ".join(format_value(v, max_size, digits) for v in value) + ")"
+    if isinstance(value, list):
+        return f"list of {len(value)}"
     a = np.asarray(value)
     if a.size <= max_size:
         if a.ndim == 0:
@@ -47,40 +56,7 @@ def format_value(value, max_size=6, digits=4) -> str:
     return summary
 
 
-# ------------------------------------------------------------------ the interpreter
-def evaluate(graph: Graph, feeds: dict, known=None) -> dict:
-    """{node id: numpy value} for every node of ``graph`` (inputs before consumers, no recursion).
-
-    ``feeds`` maps placeholder ids to arrays. A node that depends on a placeholder missing from ``feeds``,
-    or whose op the registry does not know (a fused op made by a pass), gets ``None``. ``known`` pre-fills
-    values, so a graph that shares ids with an evaluated one only computes what is new.
-    """
-    values = dict(known or {})
-    for node in graph.nodes.values():
-        if node.id in values:
-            continue
-        if node.op == "placeholder":
-            value = feeds.get(node.id)
-        elif node.op == "parameter":
-            value = node.tensor._value if node.tensor is not None else node.value
-        elif node.op == "constant":
-            value = node.value
-        else:
-            args = [values.get(i) for i in node.inputs]
-            opdef = REGISTRY.get(node.op)
-            if opdef is None or any(a is None for a in args):
-                value = None
-            else:
-                try:
-                    value = np.asarray(opdef.kernel(*args, **node.attrs))
-                except Exception as err:
-                    shapes = ", ".join(format_shape(np.shape(a)) for a in args)
-                    raise ExecutionError(f"{node.op} (built at {node.source}) failed on inputs of shapes "
-                                         f"{shapes}: {type(err).__name__}: {err}") from err
-        values[node.id] = value
-    return values
-
-
+# ------------------------------------------------------------------ values of a whole graph
 def tensor_closure(graph: Graph) -> dict:
     """{id: Tensor} for the tensors behind ``graph``'s nodes, their inputs, and the forward tensors their
     adjoints came from (a gradient need not depend on the forward node whose VJP made it)."""
@@ -123,11 +99,12 @@ def feeds_by_id(target, feeds) -> dict:
     return out
 
 
-def run_values(target, feeds):
+def run_values(target, feeds, records=None, keep=0):
     """(values by id, tensors by id) for a compiled function or an IR graph run once on ``feeds``.
 
     The function's unoptimized graph is widened to the tensors its gradients came from, so the forward
-    nodes of the sweep have values even when no output reads them; updates are not applied.
+    nodes of the sweep have values even when no output reads them; updates are not applied. ``records``
+    (a dict) receives what each loop did at its first and last ``keep`` iterations.
     """
     fed = feeds_by_id(target, feeds)
     if isinstance(target, Graph):
@@ -141,10 +118,10 @@ def run_values(target, feeds):
     tensors = tensor_closure(base) if keyed_by_tensor else {}
     if tensors:
         roots = sorted(tensors.values(), key=lambda t: t.id)
-        values = evaluate(Graph.from_tensors(roots), fed)
+        values = evaluate(Graph.from_tensors(roots), fed, records=records, keep=keep)
     else:
         values = {}
-    return evaluate(base, fed, known=values), tensors
+    return evaluate(base, fed, known=values, records=records, keep=keep), tensors
 
 
 # ------------------------------------------------------------------ the reverse sweep as a table
@@ -172,20 +149,35 @@ class Trace:
 
     ``sweeps`` holds one list of row dicts per gradient call: ``node`` (forward id), ``label``, ``op``,
     ``source``, ``rule``, ``parts`` (values summed at this node), ``running`` (their running sums),
-    ``gradient`` (the total adjoint) and ``sends`` (dicts with ``to``, ``label``, ``value`` and, when the
-    input was broadcast, ``elements``: the values before they were summed back to its shape).
+    ``gradient`` (the total adjoint; at a loop node, the gradients of its values it received) and
+    ``sends`` (dicts with ``to``, ``label``, ``value`` and, when the input was broadcast, ``elements``:
+    the values before they were summed back to its shape). With ``iterations``, ``loops`` and ``loop()``
+    give what each loop's body computed at its first and last iterations.
     """
 
-    def __init__(self, sweeps, titles, digits=6):
+    def __init__(self, sweeps, titles, digits=6, records=None):
         self.sweeps, self.titles, self.digits = sweeps, titles, digits
+        self.records = records or {}
+
+    @property
+    def loops(self) -> list:
+        """[(path, Iterations)]: every loop body whose iterations were recorded, loops inside loops after
+        them (``path``: the (outer loop, body, iteration) each sits in); empty without ``iterations``."""
+        return looptable.flatten(self.records)
+
+    def loop(self, node, body=None):
+        """The :class:`~staticgrad.explain.evaluate.Iterations` of loop ``node`` (the loop's tensor, one of
+        its outputs' tensors, or an id; ``body``: which body, for an op of several):
+        ``.values("h")`` lists (iteration, value) of the body node named h."""
+        return looptable.find(self.records, node, body)
 
     @property
     def rows(self) -> list:
         return [row for rows in self.sweeps for row in rows]
 
     def row(self, node, sweep=0) -> dict:
-        """The step of sweep ``sweep`` at ``node`` (a tensor or an id)."""
-        i = node.id if isinstance(node, Tensor) else node
+        """The step of sweep ``sweep`` at ``node`` (a tensor, a graph node or an id)."""
+        i = getattr(node, "id", node)
         for row in self.sweeps[sweep]:
             if row["node"] == i:
                 return row
@@ -195,7 +187,7 @@ class Trace:
         return format_value(v, max_size=8, digits=self.digits)
 
     def _received(self, row):
-        if len(row["parts"]) == 1:
+        if len(row["parts"]) == 1 or isinstance(row["gradient"], tuple):
             return self._fmt(row["gradient"])
         text = self._fmt(row["parts"][0])
         for part, total in zip(row["parts"][1:], row["running"][1:]):
@@ -226,6 +218,8 @@ class Trace:
             if any("?" in c[4] + c[5] for c in cells[1:]):
                 lines.append("(?: not computed by this function: none of its outputs or updates needs it)")
             blocks.append("\n".join(lines))
+        fmt = self._fmt
+        blocks += [looptable.block(path, record, fmt) for path, record in self.loops]
         return "\n\n".join(blocks)
 
     __str__ = table
@@ -235,7 +229,7 @@ class Trace:
 
 
 def _rule(step, tensor):
-    if step["sends"]:
+    if step["sends"] or _reads_loop(tensor):
         return f"vjp {step['op']}"
     if step["op"] in LEAVES:
         return "leaf"
@@ -252,7 +246,10 @@ def _rows(steps, values, tensors):
         for p in parts:
             total = p if total is None or p is None else np.add(total, p)
             running.append(total)
-        sends = []
+        gradient = values.get(step["adjoint"])
+        if step["adjoint"] is None and parts:       # a loop node: the gradients of its values, each apart
+            running, gradient = list(parts), tuple(parts)
+        sends = _loop_send(t, gradient) if _reads_loop(t) else []
         for x_id, c_id in step["sends"]:
             x, c = tensors.get(x_id), tensors.get(c_id)
             sends.append({"to": x_id, "label": x.label() if x is not None else f"#{x_id}",
@@ -261,29 +258,58 @@ def _rows(steps, values, tensors):
         name = t.label() if t is not None else f"#{step['node']}"
         rows.append({"node": step["node"], "op": step["op"], "label": name,
                      "source": t.source if t is not None else "?", "rule": _rule(step, t), "parts": parts,
-                     "running": running, "gradient": values.get(step["adjoint"]), "sends": sends})
+                     "running": running, "gradient": gradient, "sends": sends})
     return rows
 
 
-def trace(fn: Function, feeds, quiet: bool = False, file=None, digits: int = 6) -> Trace:
+def _reads_loop(t) -> bool:
+    """Whether ``t`` reads one of a loop node's values (whose VJP hands the gradient to that value)."""
+    return t is not None and len(t.inputs) == 1 and is_loop(t.inputs[0])
+
+
+def _loop_send(t, gradient):
+    loop = t.inputs[0]
+    return [{"to": loop.id, "label": f"{loop.label()} value {t.attrs.get('index')}", "value": gradient,
+             "contribution": None, "elements": None}]
+
+
+def iteration_count(iterations) -> int:
+    """How many iterations at each end of a loop ``iterations=`` asks for (True: KEEP, False: none)."""
+    if iterations is True:
+        return KEEP
+    if iterations is None or iterations is False:
+        return 0
+    if not isinstance(iterations, int) or iterations < 0:
+        raise ValueError(f"iterations must be True, False or a count of iterations, got {iterations!r}")
+    return iterations
+
+
+def trace(fn: Function, feeds, quiet: bool = False, file=None, digits: int = 6, iterations=False) -> Trace:
     """Run ``fn``'s graph once on ``feeds`` and print its backward sweep(s) as a table, one row per step.
 
     Each row: the forward node, where the user built it, the VJP rule applied, the gradient it received
-    (at a fork: each part and the running sum), and the contribution sent to each input. Parameters
-    are not updated. The table goes to ``file`` (default: stdout) unless ``quiet``; the returned
-    :class:`Trace` holds the numbers.
+    (at a fork: each part and the running sum), and the contribution sent to each input. A loop is one
+    row, like any node (its values are its final carries and stacked outputs). ``iterations=n`` also
+    records the value of every node of each loop's body at its first ``n`` and last ``n`` iterations
+    (all of them when it runs at most ``2n``; ``True``: 3 at each end, loops in loops likewise per
+    iteration shown) and prints a table per loop body after the sweeps; a function with loops but no
+    gradient then prints those alone. Parameters are not updated. The table goes to ``file`` (default:
+    stdout) unless ``quiet``; the returned :class:`Trace` holds the numbers.
     """
     if not isinstance(fn, Function):
         raise TypeError(f"trace: expected a compiled function (sg.compile), got {type(fn).__name__}")
+    keep = iteration_count(iterations)
     base = fn.unoptimized if fn.unoptimized is not None else fn.ir
     found = sweeps_of(base)
-    if not found and fn.unoptimized is None:
+    loops_only = not found and keep and any(is_loop(n) for n in base.nodes.values())
+    if not found and not loops_only and fn.unoptimized is None:
         raise ValueError("trace: this function was linked from a loaded graph, which keeps no record of the "
                          "backward sweep; trace the function compiled from the original tensors")
-    if not found:
+    if not found and not loops_only:
         raise ValueError("trace: this function has no gradient made by sg.grad among its outputs or updates, "
                          "so there is no backward sweep to show")
-    values, tensors = run_values(fn, feeds)
+    records = {} if keep else None
+    values, tensors = run_values(fn, feeds, records, keep)
     sweeps, titles = [], []
     for steps, wrt in found:
         y = tensors.get(steps[0]["node"]) if steps else None
@@ -292,7 +318,7 @@ def trace(fn: Function, feeds, quiet: bool = False, file=None, digits: int = 6) 
         titles.append(f"backward sweep of d {y_name} / d [{names}]"
                       + (f"  (y built at {y.source})" if y is not None else ""))
         sweeps.append(_rows(steps, values, tensors))
-    result = Trace(sweeps, titles, digits)
+    result = Trace(sweeps, titles, digits, records)
     if not quiet:
         print(result.table(), file=file if file is not None else sys.stdout)
     return result

@@ -103,6 +103,14 @@ class CondLowering:
     def runner(self, node, programs, in_shapes, out_shapes, out_dtypes):
         return CondRunner(programs["then"], programs["other"])
 
+    def wiring(self, node):
+        """For pictures and traces: every input but ``pred`` feeds both branches, and each value is the
+        output of that index of the branch taken (see ``staticgrad.explain.loopinfo.Wiring``)."""
+        n, values = len(node.inputs) - 1, len(node.attrs["then"].specs()[1])
+        return {"feeds": [(k + 1, attr, k, "read") for attr in ("then", "other") for k in range(n)],
+                "carries": [], "values": [(k, attr, k, "final") for attr in ("then", "other") for k in range(values)],
+                "title": "then / other on pred"}
+
 
 class CondRunner:
     """Runs a cond in a plan: the program of the branch ``pred`` picks."""

@@ -12,6 +12,7 @@ from .. import ops as ops_package
 from ..ops.registry import REGISTRY, apply, defop
 from ..tensor import ShapeError, format_shape
 from .body import Body
+from .checkpoint import LazyRows, Segments
 
 MULTI = np.dtype(object)     # the dtype of a node of several values
 
@@ -85,6 +86,14 @@ def scan_length(node, in_shapes):
     return lengths.pop()
 
 
+class LoopSpec:
+    """The loop a plan may write around a scan's body (lower/loop_source.py): ``C`` carries, ``X`` slices,
+    ``reverse``, ``length`` steps, the stacked outputs' (row shape, dtype)."""
+
+    def __init__(self, C, X, reverse, length, stacked):
+        self.C, self.X, self.reverse, self.length, self.stacked = C, X, reverse, length, list(stacked)
+
+
 class ScanLowering:
     """How a plan runs a scan: its body is fed one step's sizes, and :class:`ScanRunner` loops."""
 
@@ -108,6 +117,15 @@ class ScanLowering:
         _, outs = node.attrs["body"].specs()
         return [(tuple(s) if k < C else (length, *s), d) for k, (s, d) in enumerate(outs)]
 
+    def loop_form(self, node, in_shapes, out_shapes, out_dtypes):
+        """The loop a plan writes into the body's source (none for a checkpointed scan, whose runner keeps
+        checkpoints between steps and reruns segments)."""
+        if node.attrs["checkpoint"] is not None:
+            return None
+        C, X = node.attrs["n_carry"], node.attrs["n_xs"]
+        stacked = [(s[1:], d) for s, d in zip(out_shapes[C:], out_dtypes[C:])]
+        return LoopSpec(C, X, node.attrs["reverse"], scan_length(node, in_shapes), stacked)
+
     def dtypes(self, node):
         body = node.attrs["body"].graph
         return [body.nodes[o].dtype for o in body.outputs]
@@ -115,33 +133,78 @@ class ScanLowering:
     def runner(self, node, programs, in_shapes, out_shapes, out_dtypes):
         return ScanRunner(programs["body"], node.attrs, scan_length(node, in_shapes), out_shapes, out_dtypes)
 
+    def wiring(self, node):
+        """How its inputs, its body and its values connect (what pictures and traces draw): see
+        ``staticgrad.explain.loopinfo.Wiring``."""
+        C, X, length = node.attrs["n_carry"], node.attrs["n_xs"], node.attrs["length"]
+        ins, outs = node.attrs["body"].specs()
+        feeds = [(k, "body", k, "carry" if k < C else "slice" if k < C + X else "read") for k in range(len(ins))]
+        values = [(k, "body", k, "final" if k < C else "stacked") for k in range(len(outs))]
+        title = f"{'?' if length is None else length} steps" + (", reverse" if node.attrs["reverse"] else "")
+        if node.attrs["checkpoint"]:
+            title += f", checkpoint every {node.attrs['checkpoint']}"
+        return {"feeds": feeds, "carries": [("body", c, "body", c) for c in range(C)], "values": values,
+                "title": title}
+
 
 class ScanRunner:
     """Runs a scan in a plan: the body's program once per step, each step's outputs written into the
-    stacked result (fresh arrays per call: they are the caller's)."""
+    stacked result (fresh arrays per call: they are the caller's). With ``checkpoint`` and values in
+    ``lazy`` (read only row by row by a reverse loop), those are kept as checkpoints instead."""
 
     name = "scan"
 
     def __init__(self, program, attrs, length, out_shapes, out_dtypes):
         self.program, self.length = program, length
         self.C, self.X, self.reverse = attrs["n_carry"], attrs["n_xs"], attrs["reverse"]
-        C = self.C
-        self.stacked = [(s, d) for s, d in zip(out_shapes[C:], out_dtypes[C:])]
+        self.checkpoint = attrs["checkpoint"]
+        self.values = list(zip(out_shapes, out_dtypes))
+        self.lazy = ()
 
     def __call__(self, *arrays):
+        if getattr(self.program, "loop", False):
+            return tuple(self.program.run(*arrays)[0])     # (the loop is in the body's own source)
         C, X, T = self.C, self.X, self.length
         carry = list(arrays[:C])
         xs, caps = arrays[C:C + X], arrays[C + X:]
-        ys = [np.empty(shape, dtype) for shape, dtype in self.stacked]
+        kept = [j for j in range(C, len(self.values)) if j not in self.lazy]
+        ys = [np.empty(*self.values[j]) for j in kept]
+        segments = self._segments(xs, caps) if self.lazy else None
         run = self.program.run
-        for t in (range(T - 1, -1, -1) if self.reverse else range(T)):
+        for e, t in enumerate(range(T - 1, -1, -1) if self.reverse else range(T)):
+            if segments is not None:
+                segments.keep(e, carry)
             outs, _ = run(*carry, *[x[t] for x in xs], *caps)
             carry = outs[:C]
-            for buf, y in zip(ys, outs[C:]):
-                buf[t] = y
+            for buf, j in zip(ys, kept):
+                buf[t] = outs[j]
         if T == 0:
             carry = [np.array(c) for c in carry]       # never hand back the caller's own arrays
-        return (*carry, *ys)
+        values = dict(zip(kept, ys))
+        for j in self.lazy:
+            values[j] = LazyRows(segments, j, self.values[j][0])
+        return (*carry, *[values[j] for j in range(C, len(self.values))])
+
+    def _segments(self, xs, caps):
+        lazy = {j: (j, self.values[j][0][1:], self.values[j][1]) for j in self.lazy}
+        return Segments(self.program.run, self.C, self.reverse, self.length, self.checkpoint, lazy, xs, caps)
+
+    def bytes_saved(self):
+        """Bytes of stacked values checkpointing does not keep (less the checkpoints and a segment's rows)."""
+        if not self.lazy:
+            return 0
+        k, T = self.checkpoint, self.length
+        whole = sum(int(np.prod(self.values[j][0])) * np.dtype(self.values[j][1]).itemsize for j in self.lazy)
+        carries = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in self.values[:self.C])
+        return whole - whole * min(k, T) // max(T, 1) - carries * (-(-T // k))
+
+    def can_be_lazy(self, j):
+        """Whether value ``j`` may be kept as checkpoints (a stacked value of a checkpointed scan)."""
+        return self.checkpoint is not None and j >= self.C
+
+    def reads_rows(self, position):
+        """Whether input ``position`` is read one row per step (a slice: a lazy value will do)."""
+        return self.C <= position < self.C + self.X
 
 
 def _pick(values, index, **_):

@@ -16,8 +16,9 @@ import numpy as np
 from .. import eager
 from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
+from ..ops.broadcast import expand_dims
 from ..ops.registry import REGISTRY, apply, as_tensor
-from ..ops.shape import zeros_like
+from ..ops.shape import concatenate, zeros_like
 from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
 from .ops import loop_output, register
@@ -186,17 +187,22 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     need_x, need_cap = list(needs[C:C + X]), list(needs[C + X:])
     carries = _carries_needing(body, needs, C, X)
     rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g, counted=length is None)
-    extended = Body(body.params, body.outputs + rev.saved, body.n_args, body.name, hoisted=body.hoisted,
+    shifted = _shifted_carries(body, C, rev.saved, checkpoint)
+    kept = [t for t in rev.saved if t.id not in shifted]
+    extended = Body(body.params, body.outputs + kept, body.n_args, body.name, hoisted=body.hoisted,
                     base=body.base)
     attrs = dict(out.attrs, body=extended)
     fwd = loop_outputs(apply("scan", inputs, attrs, source=out.source), extended, length, out.source)
     Y = len(body.outputs) - C
-    stacked = fwd[C + Y:]
+    by_id = dict(zip([t.id for t in kept], fwd[C + Y:]))
+    stacked = [by_id[t.id] if t.id not in shifted else _carries_before(init[shifted[t.id][0]],
+                                                                          fwd[shifted[t.id][1]], reverse)
+               for t in rev.saved]
     r_init = [g.get(c) if g.get(c) is not None else zeros_like(init[c]) for c in carries]
     r_init += [zeros_like(caps[j]) for j in range(len(caps)) if need_cap[j]]
     r_xs = [x for x, used in zip(xs, rev.reads_x) if used] + stacked + [g.get(C + k) for k in rev.dys]
     r_attrs = {"body": rev.body, "n_carry": len(r_init), "n_xs": len(r_xs), "length": length,
-               "reverse": not reverse, "checkpoint": None}
+               "reverse": not reverse, "checkpoint": checkpoint}     # (its memory matters as much)
     r_node = apply("scan", r_init + r_xs + rev.captured(caps), r_attrs, source=out.source)
     r_out = loop_outputs(r_node, rev.body, length, out.source)
     grads = [None] * len(inputs)
@@ -211,6 +217,29 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
         if need_x[i]:
             grads[C + i] = next(dxs)
     return grads
+
+
+def _shifted_carries(body, C, saved, checkpoint):
+    """{id of a saved carry placeholder: (carry, index of a y that is that carry's new value)}: the carries
+    a step starts with are then the ys of the steps before, shifted by one, not a second stack. (Not for
+    a checkpointed scan: its saved values stay row by row.)"""
+    if checkpoint is not None:
+        return {}
+    found = {}
+    for c, p in enumerate(body.params[:C]):
+        if any(t is p for t in saved):
+            k = next((k for k, y in enumerate(body.outputs[C:]) if y is body.outputs[c]), None)
+            if k is not None:
+                found[p.id] = (c, C + k)
+    return found
+
+
+def _carries_before(init, ys, reverse):
+    """The carry each step starts with, from the ys that are each step's new carry: init, then ys but the
+    last step's (in the order the steps run)."""
+    first = expand_dims(init, 0)
+    # (all the rows, then one dropped: a loop of no steps has no ys and no carries before a step either)
+    return concatenate([first, ys], axis=0)[:-1] if not reverse else concatenate([ys, first], axis=0)[1:]
 
 
 def _carries_needing(body, needs, C, X):

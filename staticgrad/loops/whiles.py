@@ -128,6 +128,20 @@ class WhileLowering:
     def runner(self, node, programs, in_shapes, out_shapes, out_dtypes):
         return WhileRunner(programs["cond"], programs["body"], node.attrs)
 
+    def wiring(self, node):
+        """For pictures and traces: every input feeds both bodies (the state, then the values read), the
+        body's new state is the next state of both, its first outputs the final state and, recording,
+        the rest the tape (see ``staticgrad.explain.loopinfo.Wiring``)."""
+        C, record, most = node.attrs["n_carry"], node.attrs["record"], node.attrs["max_iterations"]
+        feeds = [(k, attr, k, "carry" if k < C else "read") for attr in ("cond", "body")
+                 for k in range(len(node.inputs))]
+        carries = [("body", c, attr, c) for attr in ("cond", "body") for c in range(C)]
+        values = [(k, "body", k, "final") for k in range(C)]
+        values += [(C, "body", C + e, "tape") for e in range(record or 0)]
+        title = ", ".join(([f"at most {most} iterations"] if most is not None else [])
+                          + (["recording a tape"] if record is not None else []))
+        return {"feeds": feeds, "carries": carries, "values": values, "title": title}
+
 
 class WhileRunner:
     """Runs a while_loop in a plan; with ``record`` (a count, not None), also the tape: per iteration, the
@@ -209,6 +223,15 @@ class TapeLowering:
 
     def runner(self, node, programs, in_shapes, out_shapes, out_dtypes):
         return TapeRunner(programs["body"], node.attrs["n_carry"])
+
+    def wiring(self, node):
+        """For pictures and traces: its carries, then one entry of the tape per iteration (a slice of it
+        for each value the entry holds), then the values read every iteration."""
+        C, E = node.attrs["n_carry"], node.attrs["n_xs"]
+        feeds = [(k, "body", k, "carry") for k in range(C)] + [(C, "body", C + e, "slice") for e in range(E)]
+        feeds += [(C + 1 + j, "body", C + E + j, "read") for j in range(len(node.inputs) - C - 1)]
+        return {"feeds": feeds, "carries": [("body", c, "body", c) for c in range(C)],
+                "values": [(k, "body", k, "final") for k in range(C)], "title": "over the tape, last entry first"}
 
 
 class TapeRunner:

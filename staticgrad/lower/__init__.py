@@ -15,6 +15,7 @@ from ..ops.registry import REGISTRY
 from . import batching, codegen, scalarize
 from .codegen import Program
 from .interpret import failed_node, generate
+from .loop_source import loop_writer
 from .loops import body_sources, lower_loops
 from .memory import plan_memory
 from .numerics import Reporter, quiet
@@ -60,14 +61,15 @@ def as_backend(backend) -> Backend:
     return backend if isinstance(backend, Backend) else Backend(backend)
 
 
-def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Program:
+def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=None) -> Program:
     """The program that runs ``graph`` (an optimized IR graph) when its inputs have ``shapes`` (one shape
     per ``graph.inputs``), with ``backend`` (a name or a :class:`Backend`).
 
     With ``feeds`` (the call's arrays), a tiny plan may run as scalar code, first checked against the
     numpy plan on them. ``kind="scalar"`` makes it scalar code unchecked, for a copy of a program that
     passed that check (each thread running a plan at once needs a copy: the workspace is the program's).
-    ``shapes=None`` gives shape-generic source for reading, with no memory plan.
+    ``shapes=None`` gives shape-generic source for reading, with no memory plan. ``loop`` (a
+    ``loop_source.LoopSpec``): ``graph`` is a scan's body, and the program runs the whole loop.
     The program's ``kind`` says what runs ("numpy", "scalar" or "numba"), ``stats`` what it batched or
     fused, ``seconds`` what lowering for the numba backend took.
     """
@@ -84,9 +86,14 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None) -> Prog
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
-    lowered = lower_loops(concrete, order, sizes, lambda body, feed: build_program(body, feed, backend))
-    program = _lowered(concrete, order, params, sizes, backend, feeds, kind)
+    # (with the numba backend a body stays one program per step, whose elementwise regions are fused loops)
+    lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
+        body, feed, backend, loop=loop if backend.name != "numba" else None))
+    program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop)
     _show_bodies(program, concrete, lowered)
+    saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
+    if saved:
+        program.stats = dict(program.stats, checkpoint_bytes_saved=saved)
     return program
 
 
@@ -95,7 +102,7 @@ def _show_bodies(program, graph, lowered):
         program.source += "\n\n" + body_sources(lowered, graph)
 
 
-def _lowered(concrete, order, params, sizes, backend, feeds, kind):
+def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
     if backend.check_numerics:
         memory = plan_memory(concrete, order, sizes, enable=backend.memory_planning)
         # (source, whatever the size: a check per node is one more line per node, not for a huge graph)
@@ -103,8 +110,10 @@ def _lowered(concrete, order, params, sizes, backend, feeds, kind):
                                    numerics=Reporter(concrete.nodes, sizes))
         program.shapes, program.seconds, program.run = sizes, 0.0, quiet(program.run)
         return program
-    program = _numpy_program(concrete, order, params, sizes, backend.memory_planning)
+    program = _numpy_program(concrete, order, params, sizes, backend.memory_planning, loop)
     program.seconds = 0.0
+    if loop is not None:
+        return program          # (a loop's program: no scalar code or fused kernels around its steps)
     if kind == "scalar" or (backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes)):
         program = _maybe_scalar(concrete, order, params, sizes, program, None if kind == "scalar" else feeds)
     if backend.name == "numba" and program.kind == "numpy":
@@ -117,17 +126,18 @@ def _lowered(concrete, order, params, sizes, backend, feeds, kind):
     return program
 
 
-def _numpy_program(concrete, order, params, shapes, memory_planning):
+def _numpy_program(concrete, order, params, shapes, memory_planning, loop=None):
+    writer = loop_writer(loop) if loop is not None else None
     batched = batching.batch(concrete, order, dict(shapes)) if memory_planning else None
     if batched is not None:
         memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out, batched.nbytes)
-        program = generate(batched.graph, batched.order, params, concrete.inputs, memory)
+        program = generate(batched.graph, batched.order, params, concrete.inputs, memory, writer=writer)
         counts = {"batched_groups": len(batched.groups), "running_sums": len(batched.folds),
                   "scans": len(batched.scans)}
         program.stats = {k: n for k, n in counts.items() if n}
     else:
         memory = plan_memory(concrete, order, shapes, enable=memory_planning)
-        program = generate(concrete, order, params, concrete.inputs, memory)
+        program = generate(concrete, order, params, concrete.inputs, memory, writer=writer)
     program.shapes = shapes
     return program
 

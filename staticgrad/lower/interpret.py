@@ -30,12 +30,14 @@ LISTED = 200                   # lines of the source kept for reading
 _GETTERS = {}                  # k -> operator.itemgetter(k), for the results of one call giving several
 
 
-def generate(graph, order, params, inputs, memory=None, fused=(), interpret=None):
+def generate(graph, order, params, inputs, memory=None, fused=(), interpret=None, writer=None):
     """The program for ``graph``'s nodes in ``order`` (see codegen.generate): generated source, or for
     more than INTERPRET_ABOVE nodes (or ``interpret=True``) steps run by one loop."""
     if interpret is None:
         interpret = len(order) > INTERPRET_ABOVE
-    return generate_source(graph, order, params, inputs, memory, fused, writer=StepWriter if interpret else None)
+    if writer is None and interpret:
+        writer = StepWriter
+    return generate_source(graph, order, params, inputs, memory, fused, writer=writer)
 
 
 def _loop(R, steps):

@@ -22,15 +22,42 @@ def lower_loops(graph, order, shapes, build):
             continue
         feeds = shapes.bodies[i]
         # (a body fed sizes known only at run time gets a builder: its runner builds it per size then)
-        programs = {attr: build(node.attrs[attr].graph, feeds[attr]) if feeds[attr] is not None
-                    else LazyProgram(node.attrs[attr].graph, build) for attr in opdef.bodies}
         in_shapes = [shapes[j] for j in node.inputs]
         dtypes = _value_dtypes(graph, i)
+        loop = getattr(opdef.lowering, "loop_form", lambda *a: None)(node, in_shapes, shapes.multi[i], dtypes)
+        programs = {attr: build(node.attrs[attr].graph, feeds[attr], **({"loop": loop} if loop and attr == "body"
+                                                                            else {}))
+                    if feeds[attr] is not None else LazyProgram(node.attrs[attr].graph, build)
+                    for attr in opdef.bodies}
         runner = opdef.lowering.runner(node, programs, in_shapes, shapes.multi[i], dtypes)
         meta = dict(node.meta or {}, kernel=runner)
         graph.nodes[i] = node.copy(attrs={}, meta=meta)
         lowered.append((i, programs))
+    _lazy_values(graph, lowered)
     return lowered
+
+
+def _lazy_values(graph, lowered):
+    """Tell each loop runner that may keep a stacked value as checkpoints which of its values only
+    other loops read, row by row (never an output, an update, or any other op)."""
+    runners = {i: graph.nodes[i].meta["kernel"] for i, _ in lowered}
+    readers = graph.consumers()
+    ends = set(graph.outputs) | {e for _, e in graph.updates}
+    for i, runner in runners.items():
+        if not hasattr(runner, "can_be_lazy"):
+            continue
+        rowwise = {}
+        for r in readers[i]:
+            index = graph.nodes[r].attrs["index"]
+            uses = [(u, k) for u in readers[r] for k, x in enumerate(graph.nodes[u].inputs) if x == r]
+            ok = runner.can_be_lazy(index) and r not in ends and bool(uses) and all(
+                u in runners and hasattr(runners[u], "reads_rows") and runners[u].reads_rows(k) for u, k in uses)
+            rowwise[index] = rowwise.get(index, True) and ok
+        runner.lazy = {index for index, ok in rowwise.items() if ok}
+        for r in readers[i]:
+            if graph.nodes[r].attrs["index"] in runner.lazy:
+                node = graph.nodes[r]       # (its rows are recomputed from the loop's inputs when read)
+                graph.nodes[r] = node.copy(meta=dict(node.meta or {}, holds=tuple(graph.nodes[i].inputs)))
 
 
 class LazyProgram:

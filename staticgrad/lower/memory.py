@@ -111,10 +111,15 @@ class _Planner:
     def _lifetimes(self, graph, order):
         """(values that outlive the call, {value: the last step that reads it})."""
         base, last = self.base, {}
+        nodes = graph.nodes
         for step, i in enumerate(order):
-            for j in graph.nodes[i].inputs:
+            for j in nodes[i].inputs:
                 last[base[j]] = step
                 last[j] = step
+                # A value that reads others when it is read (a checkpointed loop's rows, recomputed from
+                # the loop's inputs) keeps them alive as long as itself.
+                for h in (nodes[j].meta or {}).get("holds", ()):
+                    last[base[h]] = max(last.get(base[h], step), step)
         escaping = set()
         for i in list(graph.outputs) + [e for _, e in graph.updates]:
             escaping.add(base[i])

@@ -77,7 +77,10 @@ class OpDef:
       are fed (``feeds``), the sizes of its values (``out_shapes``; ``values``: their static shapes and
       dtypes, which its ``loop_output`` nodes state) and the kernel that runs the body programs
       (``runner``). Its ``infer`` checks its bodies against its inputs and attributes: that is how a
-      loaded file's loop is checked before it can run.
+      loaded file's loop is checked before it can run. The lowering's ``wiring(node)``, where it has one,
+      says for pictures and traces which input feeds which body input (a carry's start, a slice per
+      step, a value read every step), which body outputs come back as carries, which become which of
+      the node's values, and a title ("50 steps, reverse"): see ``staticgrad.explain.loopinfo``.
     - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
     - ``batch(attrs, shapes, stacked)``: the op over a stack of its inputs, as a loop pass hoisting it out
       of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading

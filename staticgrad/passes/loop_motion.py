@@ -90,6 +90,19 @@ def _splice(graph, i, before, scan, after, index, replace):
                  [(p, mapping.get(e, e)) for p, e in graph.updates], graph.inputs)
 
 
+def _whole(graph, s):
+    """{slice param: its outer stacked value} for the slices that exist whole: not the stacked values of a
+    checkpointed scan, which a plan keeps as checkpoints for a reverse loop to read row by row (work moved
+    out of the loop would need them whole)."""
+    whole = {}
+    for p, o in zip(s.p_x, s.xs):
+        node = graph.nodes[o]
+        loop = graph.nodes[node.inputs[0]] if node.op == "loop_output" else None
+        if loop is None or loop.attrs.get("checkpoint") is None:
+            whole[p] = o
+    return whole
+
+
 def _depends(bg, roots):
     """Ids of the body nodes that depend on any of ``roots`` (roots included)."""
     found = set(roots)
@@ -139,8 +152,12 @@ def hoist(graph, i):
     s = _Scan(graph, i)
     bg, length = s.bg, s.node.attrs["length"]
     on_carry = _depends(bg, s.p_carry)
-    outer = dict(zip(s.p_x, s.xs)) | dict(zip(s.p_cap, s.caps))
-    stacked = set(s.p_x)
+    outer = _whole(graph, s) | dict(zip(s.p_cap, s.caps))
+    stacked = set(outer) & set(s.p_x)
+    if s.node.attrs.get("checkpoint") is not None:
+        # (a loop that trades time for memory: no per-step work becomes a stack of all steps' results)
+        outer = {p: o for p, o in outer.items() if p not in stacked}
+        stacked = set()
     before, moved = [], []
     for j, node in bg.nodes.items():
         if j in outer or j in on_carry or not node.inputs:
@@ -224,6 +241,8 @@ def _lifted(body_node, outer_id, lift, length, before):
 # ------------------------------------------------------------------ sinking running sums
 def sink(graph, i):
     s = _Scan(graph, i)
+    if s.node.attrs.get("checkpoint") is not None:
+        return graph, 0         # (the sums stay in the loop: stacking their terms is the memory it saves)
     bg, length = s.bg, s.node.attrs["length"]
     users = bg.consumers()
     outs = list(bg.outputs)
@@ -236,8 +255,8 @@ def sink(graph, i):
         return graph, 0
     before_ys = len(outs) - s.C
     new_ys, after, replace, moved = [], [], {}, 0
-    outer = dict(zip(s.p_x, s.xs)) | dict(zip(s.p_cap, s.caps))
-    stacked = set(s.p_x)
+    outer = _whole(graph, s) | dict(zip(s.p_cap, s.caps))
+    stacked = set(outer) & set(s.p_x)
     for c, (term, region) in sums.items():
         made = _sunk(bg, s, term, region, outer, stacked, new_ys, length, after)
         if made is None:
@@ -303,6 +322,8 @@ def _sunk(bg, s, term, region, outer, stacked, new_ys, length, after):
                 after.append(c)
                 local[x] = c.id
                 continue
+            if x in bg.inputs:
+                return None         # (a slice kept as checkpoints: the sum stays in the loop)
             known = next((o.id for b, o in new_ys if b == x), None)
             if known is None:
                 n = bg.nodes[x]     # (its index is set once the loop's values are known)

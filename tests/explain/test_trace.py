@@ -167,3 +167,136 @@ def test_values_of_a_function_loaded_in_a_fresh_process(tmp_path, monkeypatch):
     assert "= ?" not in picture and "= [3, 9.155]" in picture
     with pytest.raises(ValueError, match="loaded graph"):
         trace(f, {"x": X})
+
+
+# ------------------------------------------------------------------ loops
+def test_a_loop_is_one_row_of_the_sweep_with_its_values():
+    from tests.explain.rnn_case import numpy_rnn, rnn
+    case = rnn()
+    fn, x = case["fn"], case["x"]
+    result = trace(fn, x, quiet=True)
+    scan = case["hs"].inputs[0]
+    row = result.row(scan)
+    assert row["rule"] == "vjp scan" and isinstance(row["gradient"], tuple)
+    _, backward, _ = numpy_rnn(x, *[w.value for w in case["weights"]])
+    _, dWx, dWh, db = backward[-1]
+    sent = {s["label"]: s["value"] for s in row["sends"]}
+    for name, expected in (("Wx", dWx), ("Wh", dWh), ("b", db)):
+        np.testing.assert_allclose(sent[name], expected, rtol=1e-10)
+    reader = result.row(case["hs"])             # its loop_output hands the gradient to the loop's value 1
+    assert reader["rule"] == "vjp loop_output"
+    assert reader["sends"][0]["label"] == f"{scan.label()} value 1"
+    assert result.loops == [] and "iteration" not in str(result)
+    with pytest.raises(KeyError, match="iterations="):
+        result.loop(scan)
+
+
+def test_iterations_record_each_body_value_as_a_numpy_loop_computes_it(capsys):
+    from tests.explain.rnn_case import numpy_rnn, rnn
+    case = rnn(T=5)
+    fn, x = case["fn"], case["x"]
+    hs, backward, _ = numpy_rnn(x, *[w.value for w in case["weights"]])
+    result = fn.trace(x, iterations=True)
+    printed = capsys.readouterr().out
+    forward = result.loop(case["hs"])           # (the loop read through one of its outputs)
+    assert forward.count == 5 and [k for k, _, _ in forward.shown] == list(range(5))
+    for k, value in forward.values("h"):
+        np.testing.assert_allclose(value, hs[k], rtol=1e-12)
+    (reverse,) = [r for _, r in result.loops if r.loop.attrs["reverse"]]
+    graph = reverse.graph
+    names = {graph.nodes[i].name: c for c, i in enumerate(graph.inputs[:reverse.loop.attrs["n_carry"]])}
+    for what, position in (("dsum_Wx", 1), ("dsum_Wh", 2), ("dsum_b", 3)):
+        out = graph.outputs[names[what]]        # the running sum after each iteration
+        for k, value in reverse.values(out):
+            np.testing.assert_allclose(value, backward[k][position], rtol=1e-10, atol=1e-15)
+    d_carry = graph.outputs[0]
+    for k, value in reverse.values(d_carry):
+        np.testing.assert_allclose(value, backward[k][0], rtol=1e-10, atol=1e-15)
+    assert f"loop {reverse.loop.label()}: scan (5 steps, reverse), backward" in printed
+    assert "5 iterations (all shown)" in printed and "carry dsum_Wx" in printed and "slice X_t" in printed
+
+
+def test_long_loops_show_their_first_and_last_iterations():
+    from tests.explain.rnn_case import rnn
+    case = rnn(T=12)
+    result = trace(case["fn"], case["x"], quiet=True, iterations=2)
+    text = str(result)
+    assert "12 iterations (the first and last 2 shown)" in text
+    assert "(8 iterations not recorded)" in text
+    assert all([k for k, _, _ in r.shown] == [0, 1, 10, 11] for _, r in result.loops)
+    with pytest.raises(ValueError, match="iterations must be"):
+        trace(case["fn"], case["x"], iterations=-1)
+
+
+def test_iterations_of_a_function_without_gradients_print_its_loops():
+    from tests.explain.test_loopdot import nested
+    A, _, loss = nested()
+    fn = sg.compile(loss, inputs=[A])
+    a = np.arange(12.0).reshape(3, 4) / 10
+    with pytest.raises(ValueError, match="no gradient"):
+        trace(fn, a)
+    result = trace(fn, a, quiet=True, iterations=1)
+    paths = [path for path, _ in result.loops]
+    assert paths[0] == () and len(paths) == 3           # the outer loop; the inner one in iterations 0 and 2
+    assert "in iteration 2 of scan#" in str(result)
+
+
+def test_iterations_of_a_cond_show_the_branch_taken():
+    from tests.explain.test_loopdot import branch
+    fn, w = branch()
+    for p, name in ((1.0, "then"), (-1.0, "other")):
+        result = trace(fn, (np.ones(3), p), quiet=True, iterations=True)
+        shown = {(r.loop.role, r.attr) for _, r in result.loops}
+        assert shown == {("forward", name), ("backward", name)}
+        (cond,) = [r.loop for _, r in result.loops if r.loop.role == "forward"]
+        assert result.loop(cond, name).count == 1
+        assert result.loop(cond, "other" if name == "then" else "then").count == 0
+        sent = result.row(cond)["sends"]
+        expected = 2 * np.sin(w.value) * np.cos(w.value) if p > 0 else 2 * (np.cos(1.0) + w.value)
+        np.testing.assert_allclose(sum(s["value"] for s in sent), expected, rtol=1e-12)
+
+
+def test_a_loaded_function_traces_its_loops_iterations(tmp_path):
+    from tests.explain.rnn_case import numpy_rnn, rnn
+    case = rnn()
+    sg.save(case["fn"], tmp_path / "rnn.npz")
+    f = sg.load(tmp_path / "rnn.npz")
+    x = case["x"]
+    with pytest.raises(ValueError, match="loaded graph"):
+        trace(f, x)
+    result = trace(f, x, quiet=True, iterations=1)
+    assert result.sweeps == [] and len(result.loops) == 2
+    hs, _, _ = numpy_rnn(x, *[w.value for w in case["weights"]])
+    (forward,) = [r for _, r in result.loops if not r.loop.attrs["reverse"]]
+    for k, value in forward.values(forward.graph.outputs[0]):
+        np.testing.assert_allclose(value, hs[k], rtol=1e-12)
+    assert "it 4 = " in sg.to_dot(f, feeds=x, iterations=1).to_string()
+
+
+def test_iterations_of_a_while_loop_and_of_its_reverse_tape():
+    from tests.explain.test_loopdot import shrinking
+    fn, w = shrinking()
+    x = np.ones(3)
+    result = trace(fn, x, quiet=True, iterations=2)
+    v, vs = x, []
+    while (v * v).sum() > 0.1:
+        v = v * 0.9
+        vs.append(v)
+    loops = {r.loop.op + ("" if r.loop.role == "forward" else " " + r.loop.role): r for _, r in result.loops
+             if r.attr == "body"}
+    forward, back = loops["while_loop"], loops["reverse_tape backward"]
+    assert forward.count == back.count == len(vs) == 17
+    for k, value in forward.values(forward.graph.outputs[0]):
+        np.testing.assert_allclose(value, vs[k], rtol=1e-12)
+    # the reverse tape's running sum of dw: sum over the iterations run back of d_v(t) . v(t-1)
+    dsum = back.graph.outputs[1]
+    total, expected = 0.0, []
+    for k in range(len(vs)):
+        t = len(vs) - 1 - k
+        before = vs[t - 1] if t else x
+        total += float((0.9 ** k * np.ones(3)) @ before)
+        expected.append(total)
+    for k, value in back.values(dsum):
+        assert float(value) == pytest.approx(expected[k], rel=1e-12)
+    assert float(fn(x)[1]) == pytest.approx(expected[-1], rel=1e-12)
+    assert "while_loop" in str(result) and "cond, 18 iterations" in str(result)

@@ -1,0 +1,83 @@
+"""A scan's body as one generated function that runs the whole loop (the loop is in the source).
+
+Called once per step, a body's function costs a Python call, a list of slices and a copy per output on
+top of its kernels; in a loop of a thousand small steps that is most of the time. ``LoopWriter`` writes
+the body's lines inside ``for t in range(T):`` instead: the slices are read by index, each stacked output
+is written into its row, and the new carries are rebound to the carries' names.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.registry import OUT, is_a
+from .codegen import Program, Writer, _unused
+
+
+def loop_writer(spec):
+    """The writer class for ``codegen.generate`` that puts the body of ``spec``'s loop in the source
+    (``spec``: ``C`` carries, ``X`` slices, ``reverse``, ``length``, and the stacked outputs' (row shape,
+    dtype) as ``stacked``; a loop op's lowering makes it, e.g. ``loops.ops.LoopSpec``)."""
+    class Bound(LoopWriter):
+        loop = spec
+    return Bound
+
+
+class LoopWriter(Writer):
+    loop = None         # (what loop_writer binds: the spec of the loop to write)
+
+    def header(self, params, inputs):
+        super().header(params, inputs)
+        spec, ns = self.loop, self.ns
+        names = [self.names[i] for i in inputs]
+        slices = names[spec.C:spec.C + spec.X]
+        whole = []
+        for name in slices:
+            whole.append(_unused(f"{name}_steps", self.taken))
+            self.taken.add(whole[-1])
+        args = names[:spec.C] + whole + names[spec.C + spec.X:]
+        self.lines[0] = f"def run({', '.join(args)}):"
+        steps = f"len({whole[0]})" if spec.length is None and whole else str(spec.length)
+        self.lines.append(f"    T = {steps}")
+        self.stacks = []
+        for k, (shape, dtype) in enumerate(spec.stacked):
+            name = _unused(f"stacked{k}", self.taken)
+            self.taken.add(name)
+            self.stacks.append(name)
+            self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
+        # A stacked output an out= kernel computes is written straight into its row (no copy after).
+        self.direct, self.written = {}, set()
+        for stack, o in zip(self.stacks, self.graph.outputs[spec.C:]):
+            if o not in self.direct and o not in inputs:
+                self.direct[o] = stack
+        order = "range(T - 1, -1, -1)" if spec.reverse else "range(T)"
+        self.lines.append(f"    for t in {order}:")
+        self.first_body_line = len(self.lines)
+        for name, stacked in zip(slices, whole):
+            self.lines.append(f"    {name} = {stacked}[t]")
+
+    def call_parts(self, i, node):
+        call = super().call_parts(i, node)
+        stack = self.direct.get(i)
+        if stack is not None and call.out is None and is_a(node, OUT) and not (node.meta or {}).get("kernel"):
+            call.out = f"{stack}[t]"
+            self.written.add(i)
+        return call
+
+    def finish(self):
+        spec = self.loop
+        outs = [self.names[o] for o in self.graph.outputs]
+        carries = [self.names[i] for i in self.graph.inputs[:spec.C]]
+        for stack, o in zip(self.stacks, self.graph.outputs[spec.C:]):
+            if not (o in self.written and self.direct[o] == stack):
+                self.lines.append(f"    {stack}[t] = {self.names[o]}")
+        if carries:
+            self.lines.append(f"    ({', '.join(carries)},) = ({', '.join(outs[:spec.C])},)")
+        for k in range(self.first_body_line, len(self.lines)):
+            self.lines[k] = "    " + self.lines[k]
+        if carries:         # (no step ran: never hand back the caller's own arrays)
+            copies = ", ".join(f"np.array({c})" for c in carries)
+            self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")
+        self.lines.append(f"    return [{', '.join(carries + self.stacks)}], []")
+        program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {})
+        program.loop = True
+        return program

@@ -1,0 +1,53 @@
+"""Loops in plans: the loop written into the body's source, numba-fused bodies, checkpointed scans."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+
+
+def _rnn(checkpoint=None, steps=40):
+    rng = np.random.default_rng(0)
+    X = sg.placeholder((None, 4, 3), name="X")
+    Wx = sg.parameter(0.4 * rng.normal(size=(3, 5)), name="Wx")
+    Wh = sg.parameter(0.4 * rng.normal(size=(5, 5)), name="Wh")
+
+    def step(carry, x):
+        h, total = carry
+        h = sg.tanh(x @ Wx + h @ Wh)
+        return (h, total + sg.sum(h * h)), None
+    (_, total), _ = sg.scan(step, (sg.zeros_like(X[0] @ Wx), sg.constant(0.0)), X, checkpoint=checkpoint)
+    fn = sg.compile([total] + sg.grad(total, [Wx, Wh]), inputs=[X])
+    return fn, rng.normal(size=(steps, 4, 3))
+
+
+def test_a_scans_loop_is_written_into_its_bodys_source():
+    fn, X = _rnn()
+    fn(X)
+    assert "for t in range(T):" in fn.source
+    assert "for t in range(T - 1, -1, -1):" in fn.source      # the reverse loop of the gradient
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 40, 100])
+def test_a_checkpointed_scan_gives_the_same_values_and_keeps_less(k):
+    want, X = _rnn()
+    fn, _ = _rnn(checkpoint=k)
+    for a, b in zip(want(X), fn(X)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    saved = fn.report().get("checkpoint_bytes_saved", 0)
+    assert (saved > 0) == (k < 40)
+    np.testing.assert_allclose(fn(X[:5])[0], want(X[:5])[0], rtol=1e-12)      # another length, another plan
+
+
+def test_the_numba_backend_fuses_an_elementwise_body_into_one_loop():
+    pytest.importorskip("numba")
+    x = sg.placeholder((6, 50), name="x")
+
+    def step(h, xt):
+        h = sg.tanh(sg.sin(h) * 0.9 + sg.cos(h * xt) * 0.5 + sg.exp(-h * h) * xt)
+        return h, h * h
+    _, ys = sg.scan(step, sg.constant(np.zeros(50)), x)
+    X = np.random.default_rng(0).normal(size=(6, 50))
+    fused = sg.compile(ys.sum(), backend="numba")
+    np.testing.assert_allclose(fused(X), sg.compile(ys.sum())(X), rtol=1e-12)
+    body = fused.source[fused.source.index("# body"):]
+    assert "fused loop over" in body
