@@ -103,11 +103,7 @@ class ScanLowering:
 
     def out_shapes(self, node, in_shapes, body_shapes):
         C = node.attrs["n_carry"]
-        outs = body_shapes["body"]
-        for c in range(C):
-            if tuple(outs[c]) != tuple(in_shapes[c]):
-                raise ShapeError(f"scan (built at {node.source}): its body turns carry {c} of shape "
-                                 f"{format_shape(in_shapes[c])} into one of shape {format_shape(outs[c])}")
+        outs = carries_kept(node, in_shapes, body_shapes["body"])
         T = scan_length(node, in_shapes)
         return list(outs[:C]) + [(T,) + tuple(s) for s in outs[C:]]
 
@@ -145,6 +141,15 @@ class ScanLowering:
             title += f", checkpoint every {node.attrs['checkpoint']}"
         return {"feeds": feeds, "carries": [("body", c, "body", c) for c in range(C)], "values": values,
                 "title": title}
+
+
+def carries_kept(node, in_shapes, outs):
+    """``outs`` (a body's output sizes at a call's sizes), once its new carries keep their sizes."""
+    for c in range(node.attrs["n_carry"]):
+        if tuple(outs[c]) != tuple(in_shapes[c]):
+            raise ShapeError(f"{node.op} (built at {node.source}): its body turns carry {c} of shape "
+                             f"{format_shape(in_shapes[c])} into one of shape {format_shape(outs[c])}")
+    return outs
 
 
 class ScanRunner:

@@ -16,7 +16,7 @@ from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, format_shape, user_frame
 from .body import Body, arg_placeholder, eager_leaves, trace
 from .branch import shared_inputs
-from .ops import MULTI, fits, loop_output, publish
+from .ops import MULTI, carries_kept, fits, loop_output, publish
 from .pytree import flatten, unflatten
 from .scan import _carries_needing, _check_carry, _ReverseBody, scan
 
@@ -110,11 +110,7 @@ class WhileLowering:
 
     def out_shapes(self, node, in_shapes, body_shapes):
         C = node.attrs["n_carry"]
-        outs = body_shapes["body"]
-        for c in range(C):
-            if tuple(outs[c]) != tuple(in_shapes[c]):
-                raise ShapeError(f"while_loop (built at {node.source}): its body turns state {c} of shape "
-                                 f"{format_shape(in_shapes[c])} into {format_shape(outs[c])}")
+        outs = carries_kept(node, in_shapes, body_shapes["body"])
         return list(outs[:C]) + ([()] if node.attrs["record"] is not None else [])
 
     def values(self, node):

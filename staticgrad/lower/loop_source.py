@@ -46,8 +46,9 @@ class LoopWriter(Writer):
             self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
         # A stacked output an out= kernel computes is written straight into its row (no copy after).
         self.direct, self.written = {}, set()
-        for stack, o in zip(self.stacks, self.graph.outputs[spec.C:]):
-            if o not in self.direct and o not in inputs:
+        for stack, o, (shape, _) in zip(self.stacks, self.graph.outputs[spec.C:], spec.stacked):
+            # (a row of one number indexes as a numpy scalar, which no out= takes)
+            if o not in self.direct and o not in inputs and tuple(shape):
                 self.direct[o] = stack
         order = "range(T - 1, -1, -1)" if spec.reverse else "range(T)"
         self.lines.append(f"    for t in {order}:")
