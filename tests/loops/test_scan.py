@@ -10,7 +10,7 @@ import staticgrad as sg
 from staticgrad import eager
 from staticgrad.testing import check_grads, numerical_grad
 
-from .harness import SG, check, tree_leaves
+from .harness import SG, check, check_hvp, tree_leaves
 
 R = np.random.default_rng(7)
 
@@ -757,6 +757,40 @@ def test_stop_gradient_inside_the_body():
     for f in factors:
         want = want * f
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _checkpointed(k, reverse=False):
+    def model(m, X, W, c0):
+        def step(c, x):
+            h, s = c
+            h = m.tanh(x @ W + h * 0.5)
+            return (h, s + m.sum(h * x)), {"h": h, "hx": h * x}
+        return m.scan(step, (c0, m.sum(c0)), xs=X, reverse=reverse, checkpoint=k)
+    return model
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_checkpointed_pytree_loop_second_order_over_segments_of_every_kind(reverse):
+    """7 steps in segments of 2: three full ones and a partial one, whose rows a reverse loop and the
+    reverse loop of that loop ask for in different orders (second order)."""
+    check_hvp(_checkpointed(2, reverse), rand(7, 2, 3), rand(3, 3), rand(2, 3))
+    check_hvp(_checkpointed(3, reverse), rand(7, 2, 3), rand(3, 3), rand(2, 3), unknown=(0,))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_checkpointed_loops_of_any_length(k):
+    for steps in (0, 1, 4, 7):
+        check(_checkpointed(k, reverse=steps % 2 == 1), rand(steps, 2, 3), rand(3, 3), rand(2, 3), unknown=(0,),
+              torch=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_checkpointed_loops_every_length_first_and_second_order(k, reverse):
+    for steps in range(0, 10):
+        check(_checkpointed(k, reverse), rand(steps, 2, 3), rand(3, 3), rand(2, 3), unknown=(0,))
+        check_hvp(_checkpointed(k, reverse), rand(steps, 2, 3), rand(3, 3), rand(2, 3))
 
 
 def test_checkpoint_gives_the_same_values_and_gradients():
