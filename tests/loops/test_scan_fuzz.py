@@ -1,5 +1,6 @@
 """Random scan bodies: a seed picks the carries, the xs, the ops between them, which values become the next
-carries and the ys, the direction and whether the length is known; each runs every way of the harness."""
+carries and the ys, the direction, whether the length is known and the checkpoint interval; each runs every
+way of the harness."""
 import numpy as np
 import pytest
 
@@ -37,7 +38,7 @@ def recipe(seed):
     ys = [int(rng.integers(pool)) for _ in range(int(rng.integers(0, 3)))]
     return {"n_carry": n_carry, "n_xs": n_xs, "ops": steps, "carries": carries, "ys": ys,
             "reverse": bool(rng.integers(2)), "unknown": bool(rng.integers(2)) and n_xs > 0,
-            "length": int(rng.integers(0, 5))}
+            "length": int(rng.integers(0, 5)), "checkpoint": [None, None, 1, 2, 3][int(rng.integers(5))]}
 
 
 def model_for(r):
@@ -50,8 +51,8 @@ def model_for(r):
                 pool.append(OPS[name][1](m, *(pool[a] for a in args), W, v))
             return tuple(pool[k] for k in r["carries"]), (tuple(pool[k] for k in r["ys"]) or None)
         if xs:
-            return m.scan(step, init, xs=xs, reverse=r["reverse"])
-        return m.scan(step, init, length=r["length"], reverse=r["reverse"])
+            return m.scan(step, init, xs=xs, reverse=r["reverse"], checkpoint=r["checkpoint"])
+        return m.scan(step, init, length=r["length"], reverse=r["reverse"], checkpoint=r["checkpoint"])
     return model
 
 
