@@ -227,8 +227,6 @@ def _shifted_carries(body, C, saved, checkpoint):
         return {}
     found = {}
     for c, p in enumerate(body.params[:C]):
-        # (static sizes only: with unknown ones the second derivative of the slice and concatenate came
-        # out wrong in tests/test_ops.py's all-unknown case; there the carries are stacked instead)
         if any(t is p for t in saved):
             k = next((k for k, y in enumerate(body.outputs[C:]) if y is body.outputs[c]), None)
             if k is not None:
