@@ -35,7 +35,9 @@ class Segments:
         s = e - e % self.k
         if s != self.segment:
             self._recompute(s)
-        return self.rows[j][e - s]
+        # (a copy: a reader may still hold row t when another loop's rows, recomputed from these, make this
+        # one recompute a different segment into the same buffer, as the second derivative does)
+        return self.rows[j][e - s].copy()
 
     def _recompute(self, s):
         carry = self.checkpoints[s]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 class TreeDef:
     """The shape of a pytree without its leaves: ``kind`` ("leaf", "none", "tuple", "list", "dict"),
-    ``keys`` (a dict's, sorted), ``children`` (TreeDefs)."""
+    ``keys`` (a dict's, sorted), ``children`` (TreeDefs), ``cls`` (a named tuple's class, rebuilt as such)."""
 
-    __slots__ = ("kind", "keys", "children")
+    __slots__ = ("kind", "keys", "children", "cls")
 
-    def __init__(self, kind, keys=(), children=()):
-        self.kind, self.keys, self.children = kind, tuple(keys), tuple(children)
+    def __init__(self, kind, keys=(), children=(), cls=None):
+        self.kind, self.keys, self.children, self.cls = kind, tuple(keys), tuple(children), cls
 
     @property
     def size(self) -> int:
@@ -22,8 +22,8 @@ class TreeDef:
         return sum(c.size for c in self.children)
 
     def __eq__(self, other):
-        return (isinstance(other, TreeDef) and (self.kind, self.keys, self.children)
-                == (other.kind, other.keys, other.children))
+        return (isinstance(other, TreeDef) and (self.kind, self.keys, self.children, self.cls)
+                == (other.kind, other.keys, other.children, other.cls))
 
     __hash__ = None
 
@@ -36,6 +36,8 @@ class TreeDef:
                                                                                          len(self.children),
                                                                                          self.children)]
         opened, closed = {"tuple": "()", "list": "[]", "dict": "{}"}[self.kind]
+        if self.cls is not None:
+            opened = self.cls.__name__ + opened
         return opened + ", ".join(inner) + closed
 
 
@@ -52,7 +54,8 @@ def _flatten(tree, leaves):
         return TreeDef("none")
     if isinstance(tree, (tuple, list)):
         kind = "tuple" if isinstance(tree, tuple) else "list"
-        return TreeDef(kind, (), [_flatten(x, leaves) for x in tree])
+        named = type(tree) if kind == "tuple" and hasattr(type(tree), "_fields") else None
+        return TreeDef(kind, (), [_flatten(x, leaves) for x in tree], named)
     if isinstance(tree, dict):
         keys = sorted(tree)
         return TreeDef("dict", keys, [_flatten(tree[k], leaves) for k in keys])
@@ -80,4 +83,6 @@ def _build(treedef, it):
     children = [_build(c, it) for c in treedef.children]
     if treedef.kind == "dict":
         return dict(zip(treedef.keys, children))
+    if treedef.cls is not None:
+        return treedef.cls(*children)
     return tuple(children) if treedef.kind == "tuple" else children

@@ -9,12 +9,17 @@ gradients of the values every step reads (weights) are carried as running sums.
 """
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
+from .. import eager
 from ..autodiff import Cotangents, vjp
 from ..eager import is_eager
 from ..ops.broadcast import expand_dims
 from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import concatenate, zeros_like
-from ..tensor import GradError, ShapeError, _ids, format_shape, user_frame
+from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
 from .body import Body, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
 from .ops import loop_output, register
 from .pytree import flatten, unflatten
@@ -33,10 +38,11 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
     source = user_frame()
     init_leaves, init_tree = flatten(init)
     xs_leaves, xs_tree = flatten(xs)
-    if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
+    if checkpoint is not None and _count(checkpoint, source, "checkpoint", 1) < 1:
         raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
+    checkpoint = None if checkpoint is None else int(checkpoint)
     if any(is_eager(v) for v in init_leaves + xs_leaves):
-        return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, length, reverse, source)
+        return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
     init_t = [as_tensor(v) for v in init_leaves]
     xs_t = [as_tensor(v) for v in xs_leaves]
     length = _static_length(xs_t, length, source)
@@ -67,20 +73,35 @@ def _name(t, default, suffix=""):
 
 
 def _static_length(xs_t, length, source):
-    sizes = {x.shape[0] for x in xs_t if x.ndim == 0 or x.shape[0] is not None} if xs_t else set()
+    """The number of steps xs and ``length`` agree on (None: known when the function runs)."""
     for x in xs_t:
         if x.ndim == 0:
-            raise ShapeError(f"scan: xs leaves need a leading axis to loop over; got a 0-d {x.label()} "
+            raise ShapeError(f"scan: xs leaves need a leading axis to loop over; got a 0-d {_label(x)} "
                              f"(at {source})")
+    sizes = {x.shape[0] for x in xs_t if x.shape[0] is not None}
     if length is not None:
-        if not isinstance(length, int) or length < 0:
-            raise ValueError(f"scan: length must be a non-negative int, got {length!r} (at {source})")
-        sizes.add(length)
+        sizes.add(_count(length, source))
     if len(sizes) > 1:
         raise ShapeError(f"scan: xs and length disagree on the number of steps: {sorted(sizes)} (at {source})")
     if not xs_t and length is None:
         raise ValueError(f"scan: give xs or length (at {source})")
     return sizes.pop() if sizes else None
+
+
+def _count(value, source, what="length", least=0):
+    """``value`` as a Python int (numpy's integers too), if it is an integer of at least ``least``."""
+    try:
+        n = operator.index(value) if not isinstance(value, (bool, np.bool_)) else least - 1
+    except TypeError:
+        n = least - 1
+    if n < least:
+        kind = "a non-negative int" if least == 0 else "a positive int or None"
+        raise ValueError(f"scan: {what} must be {kind}, got {value!r} (at {source})")
+    return n
+
+
+def _label(x):
+    return x.label() if isinstance(x, Tensor) else f"{type(x).__name__} {x!r:.40}"
 
 
 def _check_carry(new, init_tree, init_t, source):
@@ -104,22 +125,52 @@ def loop_outputs(node, body=None, length=None, source=None):
     return [loop_output(node, k) for k in range(len(REGISTRY[node.op].lowering.values(node)))]
 
 
-def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, length, reverse, source):
-    """The same loop run in Python on eager tensors (define-by-run: each step is taped as it runs)."""
+def _eager_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, source):
+    """The same loop run in Python on eager tensors (define-by-run: each step is taped as it runs), with
+    the checks of the traced loop (a carry keeps its structure, shapes and dtypes; y keeps its structure)."""
     from .. import ops
-    steps = length if not xs_leaves else len(xs_leaves[0])
-    if length is not None and xs_leaves and length != steps:
-        raise ShapeError(f"scan: xs has {steps} steps, length says {length} (at {source})")
-    carry, ys = unflatten(init_tree, init_leaves), [None] * steps
-    y_tree = None
+    init_t = [_as_eager(v, source) for v in init_leaves]
+    xs_t = [_as_eager(v, source) for v in xs_leaves]
+    steps = _static_length(xs_t, length, source)
+    carry, ys, y_tree = unflatten(init_tree, init_t), [None] * steps, None
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-        x = unflatten(xs_tree, [v[t] for v in xs_leaves]) if xs_leaves else None
-        carry, y = fn(carry, x)
-        ys[t], y_tree = flatten(y)
-    if y_tree is None or not ys or y_tree.size == 0:
-        return carry, (None if y_tree is None else unflatten(y_tree, []))
+        x = unflatten(xs_tree, [v[t] for v in xs_t]) if xs is not None else None
+        new, y = _pair(fn(carry, x), source)
+        carry = unflatten(init_tree, [_as_eager(v, source) for v in _check_carry(new, init_tree, init_t, source)])
+        leaves, tree = flatten(y)
+        if y_tree is not None and tree != y_tree:
+            raise TypeError(f"scan: fn returned a y of structure {y_tree!r}, then one of {tree!r}; every step's "
+                            f"y has one structure (at {source})")
+        y_tree, ys[t] = tree, [_as_eager(v, source) for v in outputs_as_tensors(leaves, what="scan: y leaf")]
+    if steps == 0:
+        return carry, _no_steps(fn, init_t, init_tree, xs_t, xs_tree, xs, source)
     stacked = [ops.stack([ys[t][k] for t in range(steps)]) for k in range(y_tree.size)]
     return carry, unflatten(y_tree, stacked)
+
+
+def _pair(result, source):
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"scan: fn must return (carry, y), got {type(result).__name__} (at {source})")
+    return result
+
+
+def _as_eager(v, source):
+    """An eager tensor for a leaf of an eager loop (constants and numbers become eager leaves)."""
+    if is_eager(v):
+        return v
+    return eager.tensor(eager._static_value(as_tensor(v), "scan"))
+
+
+def _no_steps(fn, init_t, init_tree, xs_t, xs_tree, xs, source):
+    """The ys of a loop of no steps: empty stacks of what ``fn`` makes, found (as a traced loop finds
+    them) by running it once, untaped, on the initial carry and a zero slice."""
+    zero = [eager.tensor(np.zeros(v.shape[1:], v.dtype)) for v in xs_t]
+    with eager.no_grad():
+        _, y = _pair(fn(unflatten(init_tree, init_t), unflatten(xs_tree, zero) if xs is not None else None),
+                     source)
+    leaves, tree = flatten(y)
+    ys = [_as_eager(v, source) for v in outputs_as_tensors(leaves, what="scan: y leaf")]
+    return unflatten(tree, [eager.tensor(np.zeros((0,) + v.shape, v.dtype)) for v in ys])
 
 
 # ------------------------------------------------------------------ the VJP: a reverse scan
@@ -135,7 +186,7 @@ def _scan_vjp(g, out, *inputs, needs, body, n_carry, n_xs, length, reverse, chec
     init, xs, caps = inputs[:C], inputs[C:C + X], inputs[C + X:]
     need_x, need_cap = list(needs[C:C + X]), list(needs[C + X:])
     carries = _carries_needing(body, needs, C, X)
-    rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g)
+    rev = _ReverseBody(body, C, X, carries, need_x, need_cap, g, counted=length is None)
     shifted = _shifted_carries(body, C, rev.saved, checkpoint)
     kept = [t for t in rev.saved if t.id not in shifted]
     extended = Body(body.params, body.outputs + kept, body.n_args, body.name, hoisted=body.hoisted,
@@ -187,7 +238,8 @@ def _carries_before(init, ys, reverse):
     """The carry each step starts with, from the ys that are each step's new carry: init, then ys but the
     last step's (in the order the steps run)."""
     first = expand_dims(init, 0)
-    return concatenate([first, ys[:-1]], axis=0) if not reverse else concatenate([ys[1:], first], axis=0)
+    # (all the rows, then one dropped: a loop of no steps has no ys and no carries before a step either)
+    return concatenate([first, ys], axis=0)[:-1] if not reverse else concatenate([ys, first], axis=0)[1:]
 
 
 def _carries_needing(body, needs, C, X):
@@ -247,7 +299,7 @@ class _ReverseBody:
     Its per-step outputs: the gradients of the slices.
     """
 
-    def __init__(self, body, C, X, carries, need_x, need_cap, g):
+    def __init__(self, body, C, X, carries, need_x, need_cap, g, counted=False):
         params = body.params
         p_carry, p_x, p_cap = params[:C], params[C:C + X], params[C + X:]
         Y = len(body.outputs) - C
@@ -281,6 +333,8 @@ class _ReverseBody:
         residual_ph = [ph for _, ph in saved_fwd]
         live = {t.id for t in body_order(outputs, []) }
         self.reads_x = [x.id in live for x in x2]
+        if counted and x2 and not any(self.reads_x) and not residual_ph and not dy:
+            self.reads_x[0] = True      # (a loop of unknown length counts its steps on an xs: one stays)
         self.reads_cap = [c.id in live for c in cap2]
         slices = [x for x, r in zip(x2, self.reads_x) if r] + residual_ph + dy
         cap_params = [c for c, r in zip(cap2, self.reads_cap) if r]

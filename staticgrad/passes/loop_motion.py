@@ -42,14 +42,19 @@ class _Scan:
         node = self.node.copy(inputs=[o for _, o in carries + slices + caps],
                               attrs=dict(self.node.attrs, body=body, n_carry=len(carries), n_xs=len(slices), **attrs))
         old_outputs = list(self.bg.outputs)
+        # A carry is found by its placeholder: two carries may end each step on one body value, yet start
+        # (and so end a loop of no steps) on different ones. A stacked value is found by its body value.
+        carry_at = {b: k for k, (b, _) in enumerate(carries)}
+        n = len(carries)
         index = {}
         for k, o in enumerate(old_outputs):
             if k in replace:
                 continue
-            n = len(carries)
-            part, offset = (outputs[:n], 0) if k < self.C else (outputs[n:], n)
-            if o in part:            # (else dropped: nothing live reads it)
-                index[k] = offset + part.index(o)
+            if k < self.C:
+                if self.p_carry[k] in carry_at:
+                    index[k] = carry_at[self.p_carry[k]]
+            elif o in outputs[n:]:      # (else dropped: nothing live reads it)
+                index[k] = n + outputs[n:].index(o)
         return _splice(self.graph, self.i, list(before), node, list(after), index, replace)
 
 
@@ -132,6 +137,8 @@ def drop_dead(graph, i):
     used = needed
     carries = [(s.p_carry[c], s.init[c]) for c in sorted(kept_c)]
     slices = [(p, o) for p, o in zip(s.p_x, s.xs) if p in used]
+    if not slices and s.xs and s.node.attrs["length"] is None:
+        slices = [(s.p_x[0], s.xs[0])]      # (a loop of unknown length counts its steps on an xs: one stays)
     caps = [(p, o) for p, o in zip(s.p_cap, s.caps) if p in used]
     dropped = len(outs) - len(kept_c) - len(kept_y) + (len(s.p_x) - len(slices)) + (len(s.p_cap) - len(caps))
     if not dropped:

@@ -1,0 +1,1 @@
+"""Tests of staticgrad.loops: scan (and the control flow built on it)."""
