@@ -75,6 +75,12 @@ class LoopWriter(Writer):
             self.lines.append(f"    ({', '.join(carries)},) = ({', '.join(outs[:spec.C])},)")
         for k in range(self.first_body_line, len(self.lines)):
             self.lines[k] = "    " + self.lines[k]
+        # A carry the body passes on from one of its inputs (itself, a slice, a value every step reads, or
+        # a view of one) would be handed back as that array: the caller's feed or a buffer the outer plan
+        # reuses. It leaves the loop as a copy, as a body program's outputs do.
+        copied = [c for c, (_, copy) in zip(carries, self.results()[0][:spec.C]) if copy]
+        if copied:
+            self.lines.append(f"    ({', '.join(copied)},) = ({', '.join(f'np.array({c})' for c in copied)},)")
         if carries:         # (no step ran: never hand back the caller's own arrays)
             copies = ", ".join(f"np.array({c})" for c in carries)
             self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")

@@ -105,8 +105,8 @@ def run(graph):
 
     def visit(new, node):
         nonlocal folded
-        if node.op in LEAVES:
-            return node.id
+        if node.op in LEAVES or node.dtype.kind == "O":
+            return node.id          # (a loop's values are made by its plan's runner, never folded here)
         inputs = [new.nodes[i] for i in node.inputs]
         if node.op not in shape_readers and not any(x.op in foldable for x in inputs):
             return node.id          # the common case: nothing constant to fold here

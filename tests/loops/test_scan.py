@@ -14,16 +14,8 @@ from .harness import SG, check, check_hvp, tree_leaves
 
 R = np.random.default_rng(7)
 
-CONSTANT_FOLD = pytest.mark.xfail(strict=True, reason=(
-    "passes/constant_fold.run evaluates any node whose inputs are all constants with its registered kernel; "
-    "a scan's kernel (loops/ops._unlowered) only raises TypeError: a loop over constants (from the start, "
-    "or once the loops pass sank its other carries) fails to compile with the default passes"))
 
 
-LOOP_SOURCE_ALIAS = pytest.mark.xfail(strict=True, reason=(
-    "lower/loop_source.LoopWriter.finish hands back a carry the body passes on unchanged (or as a view) as "
-    "the very array the loop was given: the caller's feed, or a workspace buffer of the outer plan that it "
-    "then overwrites (wrong gradients with optimize=False); only a loop of no steps copies its carries"))
 
 
 def rand(*shape, dtype=np.float64):
@@ -42,7 +34,6 @@ def test_rnn_values_and_gradients_every_way():
     check(rnn, rand(5, 2, 3), rand(3, 3), rand(2, 3), order=2)
 
 
-@CONSTANT_FOLD
 def test_reverse_runs_last_step_first_and_stacks_ys_in_step_order():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c * 0.5 + x, c * x), c0, xs=X, reverse=True)
@@ -57,7 +48,6 @@ def test_reverse_order_is_visible_in_values():
     assert got[0] == 10.0
 
 
-@CONSTANT_FOLD
 def test_python_scalars_and_arrays_as_init_and_in_the_body():
     def model(m, X):
         return m.scan(lambda c, x: (c * 0.9 + m.sum(x), 2.0 * x + c), 0.0, xs=X)
@@ -77,7 +67,6 @@ def test_tuple_carry_lstm_like():
     check(model, rand(4, 2, 3), rand(3, 3), rand(3, 3), order=2)
 
 
-@LOOP_SOURCE_ALIAS
 def test_dict_carry_dict_xs_and_no_y():
     def model(m, A, B, s0):
         def step(c, x):
@@ -158,7 +147,6 @@ def test_length_one_and_zero_without_xs():
         check(model, rand(3), rand(3))
 
 
-@CONSTANT_FOLD
 def test_length_agreeing_with_xs_is_accepted():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c + x, c), c0, xs=X, length=4)
@@ -234,7 +222,6 @@ def test_integer_step_counter_mixed_with_float_carry():
     check(model, rand(4, 3), rand(3), order=2)
 
 
-@CONSTANT_FOLD
 def test_integer_counter_alone_with_length():
     def model(m, a):
         def step(c, _):
@@ -334,7 +321,6 @@ def test_body_that_returns_its_carry_unchanged():
     check(model, rand(4, 3), rand(3), order=2)
 
 
-@CONSTANT_FOLD
 def test_body_returning_carry_unchanged_and_no_y():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c, None), c0, xs=X)
@@ -356,14 +342,12 @@ def test_ys_are_the_old_carry_and_carries_swap():
     check(model, rand(5, 3), rand(3), rand(3), order=2)
 
 
-@CONSTANT_FOLD
 def test_carry_leaf_reset_to_a_python_number():
     def model(m, X, c0):
         return m.scan(lambda c, x: ((c[0] + x, 0.0), c[1] + m.sum(x)), (c0, m.sum(c0)), xs=X)
     check(model, rand(3, 2), rand(2))
 
 
-@CONSTANT_FOLD
 def test_body_with_no_work_at_all():
     def model(m, X, c0):
         return m.scan(lambda c, x: (c, x), c0, xs=X)
@@ -674,7 +658,6 @@ def test_carry_free_work_hoisted_out_of_a_loop_of_unknown_length(case):
     check(_hoisting_model(case), rand(2, 2, 3), rand(3, 3), rand(3), unknown=(0,))
 
 
-@LOOP_SOURCE_ALIAS
 def test_running_sums_sunk_after_the_loop_keep_their_start():
     def model(m, X, W, s0):
         def step(c, x):
@@ -879,7 +862,6 @@ def test_gradient_of_an_unknown_length_loop_through_its_carry_alone():
             np.testing.assert_array_equal(fn(rand(steps, 3), rand(3)), np.full(3, 2.0 ** steps))
 
 
-@LOOP_SOURCE_ALIAS
 def test_outputs_never_alias_the_callers_arrays():
     A = np.arange(3.0)
     c0 = sg.placeholder((3,), name="c0")
@@ -937,7 +919,6 @@ def test_one_forward_loop_after_passes_that_rewrote_the_body():
 
 
 # ------------------------------------------------------------------ loops over constants only
-@CONSTANT_FOLD
 def test_a_loop_over_constants_compiles():
     c, ys = sg.scan(lambda c, _: (c * 0.5 + 1.0, c), sg.constant(np.ones(2)), length=3)
     for opt in (False, True):
@@ -956,7 +937,6 @@ def test_a_counter_left_alone_once_its_sum_is_sunk_compiles():
     assert got[0] == 3 and got[1] == 8.0 and got[2].tolist() == [0, 1, 2]
 
 
-@CONSTANT_FOLD
 def test_gradient_of_a_final_carry_weighted_by_a_constant_compiles():
     """The reverse loop of d sum(w * c_T) / dX for c' = c / 2 + x reads no stacked value: its inputs are
     all constants (w as its initial carry)."""
@@ -1014,7 +994,6 @@ def test_adam_on_an_rnn_of_linear_modules_equals_torch_gradients_and_adams_rule(
             np.testing.assert_allclose(p.value, value, rtol=1e-9, atol=1e-12)
 
 
-@LOOP_SOURCE_ALIAS
 def test_carries_ending_each_step_on_one_value_keep_their_own_start():
     """Two carries set to one body value each step still end a loop of no steps on their own inits
     (passes/loop_motion found a carry's new index by its body value, which both share)."""
@@ -1025,7 +1004,6 @@ def test_carries_ending_each_step_on_one_value_keep_their_own_start():
         check(model, rand(steps, 3), rand(3), rand(3), unknown=(0,))
 
 
-@CONSTANT_FOLD
 def test_outer_values_and_constants_as_carries_and_ys():
     def model(m, X, W, c0):
         a, ys = m.scan(lambda c, x: (W[0] * 1.0, (c * x, W)), c0, xs=X)   # carry: an outer value
