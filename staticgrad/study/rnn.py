@@ -200,16 +200,19 @@ def time_limit(seconds, retry=0.25):
     if not seconds or not usable:
         yield
         return
-    active = [True]
+    active, fired = [True], [False]
 
     def expire(signum, frame):
         if active[0]:
+            fired[0] = True
             signal.setitimer(signal.ITIMER_REAL, retry)
             raise TimedOut(f"over {seconds:g} s")
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+        if fired[0]:        # (every raise was swallowed and the block finished before the next one)
+            raise TimedOut(f"over {seconds:g} s")
     finally:
         active[0] = False           # first: from here on a late signal does nothing
         signal.setitimer(signal.ITIMER_REAL, 0)
