@@ -112,16 +112,6 @@ def _depends(bg, roots):
     return found
 
 
-def _ancestors(bg, roots):
-    seen, stack = set(), list(roots)
-    while stack:
-        j = stack.pop()
-        if j not in seen:
-            seen.add(j)
-            stack.extend(bg.nodes[j].inputs)
-    return seen
-
-
 # ------------------------------------------------------------------ dead values
 def drop_dead(graph, i):
     s = _Scan(graph, i)
@@ -129,7 +119,7 @@ def drop_dead(graph, i):
     kept_y = [k for k in range(s.C, len(outs)) if k in s.readers]
     kept_c = {c for c in range(s.C) if c in s.readers}
     while True:
-        needed = _ancestors(s.bg, [outs[c] for c in kept_c] + [outs[k] for k in kept_y])
+        needed = s.bg._needed([outs[c] for c in kept_c] + [outs[k] for k in kept_y])
         more = {c for c in range(s.C) if c not in kept_c and s.p_carry[c] in needed}
         if not more:
             break
