@@ -7,6 +7,8 @@ central finite differences are valid, and shapes are small because finite differ
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from staticgrad.ops import (
 )
 from staticgrad.ops.index import normalize_index
 from staticgrad.ops.registry import apply
+from tests import specs as specs_package
 
 
 @dataclass(frozen=True)
@@ -564,5 +567,9 @@ def _repeat_torch(T, x, w):
 # (second derivatives through a while_loop are refused: its backward pass runs over a tape)
 spec("while_loop", _repeat, inputs(normal(2, 3), normal(3)), _repeat_ref, torch=_repeat_torch, order=1)
 spec("reverse_tape", _repeat, inputs(normal(3), normal(3)), _repeat_ref, torch=_repeat_torch, order=1)
+
+# The op families of tests/specs/ add theirs (they import the helpers above, which exist by now).
+for _module in sorted(pkgutil.iter_modules(specs_package.__path__), key=lambda m: m.name):
+    importlib.import_module(f"{specs_package.__name__}.{_module.name}")
 
 OP_SPECS: list[OpSpec] = SPECS
