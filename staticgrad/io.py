@@ -250,11 +250,14 @@ def _decode_file(doc, arrays):
 
 # ------------------------------------------------------------------ parameter checkpoints
 def _parameter_list(target):
-    """[(key, parameter tensor)] for a Function, a dict, something with .parameters(), or a list."""
+    """[(key, parameter tensor)] for a Function, a dict, something with .parameters() (a Module's buffers
+    follow its parameters: a checkpoint keeps the running statistics too), or a list."""
     if isinstance(target, dict):
         return [(str(k), v) for k, v in target.items()]
     elif hasattr(target, "parameters") and callable(target.parameters):
         items = list(target.parameters())
+        if callable(getattr(target, "buffers", None)):
+            items += list(target.buffers())
     elif isinstance(target, Tensor):
         items = [target]
     else:

@@ -1,12 +1,13 @@
 """Initializers, activations, the Module base class, the feed-forward layers and the losses."""
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
 
 from .. import eager, ops
-from ..tensor import ShapeError, Tensor, format_shape, parameter, user_frame
+from ..tensor import CONTEXT, ShapeError, Tensor, format_shape, name_scope, parameter, user_frame
 
 
 # ------------------------------------------------------------------ initializers
@@ -81,30 +82,73 @@ def _activation(activation):
 
 
 # ------------------------------------------------------------------ layers
+def _is_state(x) -> bool:
+    # a parameter, or an eager copy's leaf (see Module.to_eager)
+    return isinstance(x, Tensor) and (x.op == "parameter" or (eager.is_eager(x) and x.op == eager.LEAF_OP))
+
+
 def _is_parameter(x) -> bool:
-    # an eager copy's parameters are eager leaves that require grad (see Module.to_eager)
-    return isinstance(x, Tensor) and (x.op == "parameter" or (eager.is_eager(x) and x.op == eager.LEAF_OP
-                                                               and x.requires_grad))
+    return _is_state(x) and x.requires_grad
+
+
+def _is_buffer(x) -> bool:
+    # state that is updated, not trained: a parameter made with requires_grad=False, or its eager copy
+    return _is_state(x) and not x.requires_grad
 
 
 class Module:
-    """Base class: a callable that owns parameters (its own and those of sub-modules)."""
+    """Base class: a callable that owns parameters (its own and those of sub-modules).
+
+    ``training`` (True until ``eval()``) is read when the module is called, that is when its graph is
+    built: a graph built after ``model.eval()`` computes the evaluation form, and stays so.
+    """
+
+    training = True
 
     def parameters(self) -> list:
+        """The trained parameters (what optimizers take), each once, in the order the attributes hold them."""
+        return self._collect("parameters", _is_parameter)
+
+    def buffers(self) -> list:
+        """The state that is updated but not trained (a batch norm's running statistics): left out of
+        ``parameters()``, kept by ``sg.save_parameters(model, ...)`` and ``to_eager()``."""
+        return self._collect("buffers", _is_buffer)
+
+    def _collect(self, method, test):
         found, seen = [], set()
         for value in vars(self).values():
             items = value if isinstance(value, (list, tuple)) else [value]
             for item in items:
-                params = item.parameters() if isinstance(item, Module) else [item] if _is_parameter(item) else []
-                for p in params:
+                tensors = getattr(item, method)() if isinstance(item, Module) else [item] if test(item) else []
+                for p in tensors:
                     if p.id not in seen:
                         seen.add(p.id)
                         found.append(p)
         return found
 
+    def children(self) -> list:
+        """The sub-modules held in attributes (or in lists and tuples of them)."""
+        found = []
+        for value in vars(self).values():
+            items = value if isinstance(value, (list, tuple)) else [value]
+            found += [item for item in items if isinstance(item, Module)]
+        return found
+
+    def train(self, mode: bool = True):
+        """Set ``training`` on this module and every sub-module; returns the module (as torch's)."""
+        self.training = bool(mode)
+        for child in self.children():
+            child.train(mode)
+        return self
+
+    def eval(self):
+        """``train(False)``: graphs built from now on use running statistics and no dropout."""
+        return self.train(False)
+
     def to_eager(self, memo=None):
         """A copy of this module whose parameters are eager tensors (``requires_grad=True``) holding copies
-        of the current values, so the same layer code runs define-by-run; gradients land in ``.grad``."""
+        of the current values, so the same layer code runs define-by-run; gradients land in ``.grad``.
+        Buffers become eager tensors that do not require grad (a training call changes them at once)."""
         memo = {} if memo is None else memo       # a parameter shared by two sub-modules stays shared
         twin = copy.copy(self)
         for key, value in vars(self).items():
@@ -118,12 +162,21 @@ class Module:
         raise NotImplementedError
 
 
+def layer_scope(name):
+    """The name scope a layer's call builds in, so a collapsed picture draws the layer as one box: ``name``,
+    unless the innermost scope already names the layer (Sequential opens "k.name" for its k-th layer)."""
+    inner = CONTEXT.scopes[-1] if CONTEXT.scopes else ""
+    if inner == name or inner.endswith("." + name):
+        return contextlib.nullcontext()
+    return name_scope(name)
+
+
 def _eager_twin(value, memo):
     if isinstance(value, Module):
         return value.to_eager(memo)
     if isinstance(value, Tensor) and value.op == "parameter":
         if value.id not in memo:
-            memo[value.id] = eager.tensor(value.value, requires_grad=value.dtype.kind == "f", name=value.name)
+            memo[value.id] = eager.tensor(value.value, requires_grad=value.requires_grad, name=value.name)
         return memo[value.id]
     return value
 
@@ -178,15 +231,26 @@ class MLP(Module):
 
 
 class Sequential(Module):
-    """Apply modules (or plain functions of one tensor) one after another."""
+    """Apply modules (or plain functions of one tensor) one after another, the k-th in the name scope
+    "k.name" (its ``name``, a function's own name, else its class's), so each draws as one box."""
 
     def __init__(self, *layers):
         self.layers = list(layers)
 
     def __call__(self, x):
-        for layer in self.layers:
-            x = layer(x)
+        for k, layer in enumerate(self.layers):
+            with name_scope(f"{k}.{_layer_name(layer)}"):
+                x = layer(x)
         return x
+
+    def __repr__(self):
+        inner = "".join(f"\n  ({k}): {layer!r}" for k, layer in enumerate(self.layers))
+        return f"Sequential({inner}\n)"
+
+
+def _layer_name(layer) -> str:
+    name = getattr(layer, "name", None) or getattr(layer, "__name__", None) or type(layer).__name__.lower()
+    return str(name).replace("/", ".")
 
 
 # ------------------------------------------------------------------ losses (means over the batch)
