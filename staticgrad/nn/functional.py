@@ -123,19 +123,22 @@ def _track(anchor, x, pairs, momentum):
         for state, batch, what in pairs:
             _set_now(state, momentum * batch.value, 1 - momentum, what)
         return
-    scopes = CONTEXT.scopes
     for state, batch, what in pairs:
-        def step(value, batch=batch):
-            with _scoped(scopes):     # (built at compile time: drawn in the layer's box all the same)
-                return value * (1 - momentum) + batch * momentum
-        effects.add_update(anchor, state, step, f"batch_norm's {what}")
+        scoped_update(anchor, state, lambda value, batch=batch: value * (1 - momentum) + batch * momentum,
+                      f"batch_norm's {what}")
 
 
-def _scoped(scopes):
-    stack = ExitStack()
-    for name in scopes:
-        stack.enter_context(name_scope(name))
-    return stack
+def scoped_update(anchor, state, step, what):
+    """effects.add_update, with ``step`` building in the name scopes open now: its nodes, made at compile
+    time, are drawn in the layer's box all the same."""
+    scopes = CONTEXT.scopes
+
+    def scoped(value):
+        with ExitStack() as stack:
+            for name in scopes:
+                stack.enter_context(name_scope(name))
+            return step(value)
+    effects.add_update(anchor, state, scoped, what)
 
 
 def _set_now(state, step, keep, what):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import eager, effects
+from .. import eager
 from ..ops.registry import as_tensor
 from ..tensor import ShapeError, format_shape, parameter, user_frame
-from .functional import batch_norm, layer_norm
+from .functional import batch_norm, layer_norm, scoped_update
 from .layers import Module, layer_scope
 from .sequence import _load
 
@@ -63,7 +63,7 @@ class _BatchNorm(Module):
         if eager.is_eager(x):
             counter.value = counter.value + 1
         else:
-            effects.add_update(y, counter, lambda v: v + 1.0, f"{self.kind}'s batch count")
+            scoped_update(y, counter, lambda v: v + 1.0, f"{self.kind}'s batch count")
 
     def state_dict(self) -> dict:
         """{torch's name: a copy of its value}: weight, bias, running_mean, running_var, num_batches_tracked
