@@ -56,6 +56,7 @@ __version__ = "0.1.0"
 # Every op whose registration says it is public is sg.<name> (concatenate's gradient, split, is sg.ops only).
 _OPS = {name: opdef.function for name, opdef in ops.REGISTRY.items() if opdef.public}
 globals().update(_OPS)
+conv1d = ops.conv1d         # (conv2d over an added axis: a function, not an op of its own)
 
 __all__ = [
     "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
@@ -63,7 +64,7 @@ __all__ = [
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
     "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm",
-    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study",
+    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "conv1d",
 ] + sorted(_OPS)
 
 _ON_DEMAND = ("study",)       # the study imports the timing and comparison code: only when asked for
