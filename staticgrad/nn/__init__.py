@@ -4,10 +4,12 @@ A layer is called on a tensor and returns a tensor; ``.parameters()`` lists the 
 owns, which is what optimizers and ``sg.save_parameters`` take; ``.to_eager()`` gives a copy over eager
 tensors, so the same layer runs define-by-run. ``layers``: initializers, Linear, MLP, Sequential and the
 losses; ``sequence``: Embedding and the recurrent layers (RNN, LSTM, GRU), laid out as in torch.nn;
-``norm``: BatchNorm1d/2d and LayerNorm, over ``functional``'s batch_norm and layer_norm (sg.batch_norm,
-sg.layer_norm). ``model.train()`` / ``model.eval()`` set the mode layers read when called (when the graph
-is built); ``.buffers()`` lists the state that is updated but not trained (running statistics).
+``conv``: Conv1d, Conv2d, MaxPool2d, AvgPool2d and Flatten; ``norm``: BatchNorm1d/2d and LayerNorm,
+over ``functional``'s batch_norm and layer_norm (sg.batch_norm, sg.layer_norm), and Dropout.
+``model.train()`` / ``model.eval()`` set the mode layers read when called (when the graph is built);
+``.buffers()`` lists the state that is updated but not trained (running statistics).
 """
+from .conv import Conv1d, Conv2d, Flatten
 from .layers import (
     ACTIVATIONS,
     INITIALIZERS,
@@ -29,5 +31,6 @@ from .norm import BatchNorm1d, BatchNorm2d, LayerNorm
 from .sequence import GRU, LSTM, RNN, Embedding
 
 __all__ = ["ACTIVATIONS", "INITIALIZERS", "Module", "Linear", "MLP", "Sequential", "Embedding", "RNN", "LSTM",
-           "GRU", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "glorot_uniform", "glorot_normal", "he_uniform",
-           "he_normal", "zeros", "mse", "binary_cross_entropy_with_logits", "softmax_cross_entropy", "accuracy"]
+           "GRU", "Conv1d", "Conv2d", "Flatten", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "glorot_uniform",
+           "glorot_normal", "he_uniform", "he_normal", "zeros", "mse", "binary_cross_entropy_with_logits",
+           "softmax_cross_entropy", "accuracy"]
