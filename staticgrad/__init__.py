@@ -35,6 +35,7 @@ from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .loops import cond, fori_loop, scan, while_loop
+from .ops import global_avg_pool2d
 from .report import Report
 from .tensor import (
     FeedError,
@@ -60,7 +61,7 @@ __all__ = [
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
-    "scan", "cond", "while_loop", "fori_loop",
+    "scan", "cond", "while_loop", "fori_loop", "global_avg_pool2d",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study",
 ] + sorted(_OPS)
 

@@ -4,7 +4,7 @@ Every name exported here that is an op comes from its registration (``REGISTRY[n
 new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``public=False``,
 ``sg.<name>`` follow.
 """
-from . import broadcast, elementary, elementwise, index, linalg, methods, nn, powers, reduce, shape  # noqa: F401  (they register)
+from . import broadcast, elementary, elementwise, index, linalg, methods, nn, pad, pool, powers, reduce, shape  # noqa: F401  (they register)
 from .registry import (
     BACKENDS,
     BROADCAST,
@@ -37,4 +37,5 @@ __all__ = ["BACKENDS", "BROADCAST", "C_ORDER", "COMMUTATIVE", "ELEMENTWISE", "ID
 OPS = {name: opdef.function for name, opdef in REGISTRY.items()}
 globals().update(OPS)
 power = powers.power         # numpy's other name for pow
-__all__ += sorted(OPS)
+global_avg_pool2d = pool.global_avg_pool2d     # a mean over H and W: no op of its own
+__all__ += sorted(OPS) + ["global_avg_pool2d"]
