@@ -37,6 +37,7 @@ from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .loops import cond, fori_loop, scan, while_loop
 from .nn.functional import batch_norm, layer_norm
+from .ops import global_avg_pool2d
 from .report import Report
 from .tensor import (
     FeedError,
@@ -63,7 +64,7 @@ __all__ = [
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
-    "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm",
+    "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm", "global_avg_pool2d",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "conv1d",
 ] + sorted(_OPS)
 

@@ -4,7 +4,7 @@ Every name exported here that is an op comes from its registration (``REGISTRY[n
 new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``public=False``,
 ``sg.<name>`` follow.
 """
-from . import broadcast, conv, elementary, elementwise, index, linalg, methods, nn, powers, reduce, shape  # noqa: F401  (they register)
+from . import broadcast, conv, elementary, elementwise, index, linalg, methods, nn, pad, pool, powers, reduce, shape  # noqa: F401  (they register)
 from .registry import (
     BACKENDS,
     BROADCAST,
@@ -38,4 +38,5 @@ OPS = {name: opdef.function for name, opdef in REGISTRY.items()}
 globals().update(OPS)
 power = powers.power         # numpy's other name for pow
 conv1d = conv.conv1d         # (conv2d over an added axis: a function, not an op)
-__all__ += sorted(OPS) + ["conv1d"]
+global_avg_pool2d = pool.global_avg_pool2d     # a mean over H and W: no op of its own
+__all__ += sorted(OPS) + ["conv1d", "global_avg_pool2d"]
