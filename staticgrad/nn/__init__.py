@@ -9,7 +9,7 @@ over ``functional``'s batch_norm and layer_norm (sg.batch_norm, sg.layer_norm), 
 ``model.train()`` / ``model.eval()`` set the mode layers read when called (when the graph is built);
 ``.buffers()`` lists the state that is updated but not trained (running statistics).
 """
-from .conv import Conv1d, Conv2d, Flatten
+from .conv import AvgPool2d, Conv1d, Conv2d, Flatten, MaxPool2d
 from .layers import (
     ACTIVATIONS,
     INITIALIZERS,
@@ -31,6 +31,6 @@ from .norm import BatchNorm1d, BatchNorm2d, LayerNorm
 from .sequence import GRU, LSTM, RNN, Embedding
 
 __all__ = ["ACTIVATIONS", "INITIALIZERS", "Module", "Linear", "MLP", "Sequential", "Embedding", "RNN", "LSTM",
-           "GRU", "Conv1d", "Conv2d", "Flatten", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "glorot_uniform",
-           "glorot_normal", "he_uniform", "he_normal", "zeros", "mse", "binary_cross_entropy_with_logits",
-           "softmax_cross_entropy", "accuracy"]
+           "GRU", "Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
+           "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "zeros", "mse",
+           "binary_cross_entropy_with_logits", "softmax_cross_entropy", "accuracy"]

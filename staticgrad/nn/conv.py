@@ -93,6 +93,43 @@ class Conv2d(_Conv):
     op = staticmethod(ops.conv2d)
 
 
+class MaxPool2d(Module):
+    """torch.nn.MaxPool2d: the maximum of each ``kernel_size`` window, ``stride`` apart (None: the kernel)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, name="maxpool2d"):
+        self.kernel_size, self.padding, self.dilation = kernel_size, padding, dilation
+        self.stride = kernel_size if stride is None else stride
+        self.ceil_mode, self.name = bool(ceil_mode), name
+
+    def __call__(self, x):
+        with layer_scope(self.name):
+            return ops.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+    def __repr__(self):
+        return (f"MaxPool2d(kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode})")
+
+
+class AvgPool2d(Module):
+    """torch.nn.AvgPool2d: the mean of each ``kernel_size`` window, ``stride`` apart (None: the kernel),
+    zero padding counted (``count_include_pad``) or not, or each sum divided by ``divisor_override``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None, name="avgpool2d"):
+        self.kernel_size, self.padding = kernel_size, padding
+        self.stride = kernel_size if stride is None else stride
+        self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
+        self.divisor_override, self.name = divisor_override, name
+
+    def __call__(self, x):
+        with layer_scope(self.name):
+            return ops.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                  self.count_include_pad, self.divisor_override)
+
+    def __repr__(self):
+        return f"AvgPool2d(kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding})"
+
+
 class Flatten(Module):
     """torch.nn.Flatten: axes ``start_dim`` to ``end_dim`` (inclusive) merged into one."""
 

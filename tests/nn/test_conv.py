@@ -109,6 +109,24 @@ def test_conv_layers_refuse_bad_arguments_and_inputs():
         nn.Conv2d(3, 4, 3)(sg.placeholder((None, 2, 5, 5)))
 
 
+POOL_CASES = [
+    ("MaxPool2d", (2,), {}, (2, 3, 6, 5)),
+    ("MaxPool2d", (3,), {"stride": 2, "padding": 1, "dilation": 1, "ceil_mode": True}, (2, 2, 7, 6)),
+    ("MaxPool2d", ((2, 3),), {"stride": (1, 2), "dilation": 2}, (1, 2, 7, 8)),
+    ("AvgPool2d", (2,), {}, (2, 3, 6, 5)),
+    ("AvgPool2d", (3, 2, 1), {"count_include_pad": False, "ceil_mode": True}, (2, 2, 7, 6)),
+    ("AvgPool2d", ((2, 3),), {"divisor_override": 4}, (1, 2, 5, 6)),
+]
+
+
+@pytest.mark.parametrize("kind, args, kwargs, shape", POOL_CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in POOL_CASES])
+def test_pooling_layers_match_torch_static_and_eager(kind, args, kwargs, shape, rng):
+    ours, theirs = twins(kind, *args, **kwargs)
+    assert repr(ours) == repr(theirs)
+    assert ours.parameters() == []
+    check_against_torch(ours, theirs, rng.normal(size=shape), rng)
+
+
 @pytest.mark.parametrize("args, shape", [((), (2, 3, 4, 5)), ((0, 2), (2, 3, 4, 5)), ((2, -1), (2, 3, 4, 5)),
                                          ((1, 1), (2, 3, 4))], ids=str)
 def test_flatten_matches_torch(args, shape, rng):
@@ -129,12 +147,12 @@ def test_flatten_keeps_one_unknown_size_and_refuses_two():
 
 
 def test_a_collapsed_picture_of_a_cnn_draws_one_box_per_layer():
-    model = nn.Sequential(nn.Conv2d(1, 4, 3), sg.relu, nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4),
-                          nn.Flatten(), nn.Linear(4 * 16, 3, seed=0))
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), sg.relu, nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1),
+                          nn.BatchNorm2d(4), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4, 3, seed=0))
     x, y = sg.placeholder((None, 1, 6, 6), name="x"), sg.placeholder((None,), dtype="int64", name="y")
     loss = nn.softmax_cross_entropy(model(x), y)
     fn = sg.compile(loss, updates=[(p, p - 0.1 * g) for p, g in zip(model.parameters(),
                                                                      sg.grad(loss, model.parameters()))])
     boxes = {k for k in dot_nodes(sg.to_dot(fn, collapse=True)) if k.startswith("scope_")}
-    assert boxes == {"scope_0_conv2d", "scope_1_relu", "scope_2_conv2d", "scope_3_batchnorm2d", "scope_4_flatten",
-                     "scope_5_linear"}
+    assert boxes == {"scope_0_conv2d", "scope_1_relu", "scope_2_maxpool2d", "scope_3_conv2d", "scope_4_batchnorm2d",
+                     "scope_5_avgpool2d", "scope_6_flatten", "scope_7_linear"}
