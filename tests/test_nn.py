@@ -140,6 +140,59 @@ def test_to_eager_copies_the_parameters_into_eager_leaves_that_take_gradients(rn
     assert np.abs(params[0].value).max() > 0
 
 
+class _Scaled(nn.Module):
+    """A module with a trained weight, a buffer, and sub-modules in a list (for train/eval/buffers)."""
+
+    def __init__(self, *inner):
+        self.weight = sg.parameter(np.ones(3), name="weight")
+        self.count = sg.parameter(np.zeros(()), name="count", requires_grad=False)
+        self.inner = list(inner)
+
+    def __call__(self, x):
+        for layer in self.inner:
+            x = layer(x)
+        return x * self.weight * (2.0 if self.training else 1.0)
+
+
+def test_train_and_eval_reach_every_sub_module_and_return_the_module():
+    leaf = _Scaled()
+    model = nn.Sequential(_Scaled(leaf), nn.Linear(3, 3, seed=0))
+    assert model.training and leaf.training                    # modules start in training, as torch's
+    assert model.eval() is model
+    assert not any(m.training for m in (model, model.layers[0], leaf, model.layers[1]))
+    assert model.train() is model and leaf.training
+    x = sg.placeholder((None, 3))
+    train_out = sg.compile(model(x))(np.ones((1, 3)))
+    eval_out = sg.compile(model.eval()(x))(np.ones((1, 3)))          # read when called: a graph of its own
+    np.testing.assert_allclose(train_out, 4 * eval_out)
+
+
+def test_buffers_are_the_untrained_state_kept_apart_from_parameters(tmp_path):
+    model = nn.Sequential(_Scaled(_Scaled()), nn.Linear(3, 2, seed=0))
+    assert [p.name for p in model.parameters()] == ["weight", "weight", "linear.weight", "linear.bias"]
+    assert [b.name for b in model.buffers()] == ["count", "count"]
+    twin = model.to_eager()
+    assert all(p.requires_grad for p in twin.parameters()) and not any(b.requires_grad for b in twin.buffers())
+    model.buffers()[1].value = 7.0
+    path = sg.save_parameters(model, tmp_path / "ckpt")
+    model.buffers()[1].value = 0.0
+    sg.load_parameters(model, path)
+    assert model.buffers()[1].value == 7.0
+
+
+def test_sequential_builds_each_layer_in_a_scope_of_its_own():
+    model = nn.Sequential(nn.Linear(2, 2, seed=0), sg.tanh, nn.Linear(2, 1, seed=1))
+    out = model(sg.placeholder((None, 2)))
+    scopes, stack = set(), [out]
+    while stack:
+        t = stack.pop()
+        scopes.add((t.op, t.scope) if t.is_leaf else t.scope)
+        stack.extend(t.inputs)
+    assert {s for s in scopes if isinstance(s, str)} == {"0.linear", "1.tanh", "2.linear"}
+    assert repr(model) == ("Sequential(\n  (0): Linear(2, 2, bias=True)\n  (1): tanh\n"
+                           "  (2): Linear(2, 1, bias=True)\n)")
+
+
 # ------------------------------------------------------------------ losses
 def _value(loss_fn, *arrays):
     holders = [sg.placeholder(a.shape, dtype=a.dtype) for a in arrays]

@@ -244,7 +244,8 @@ class Sequential(Module):
         return x
 
     def __repr__(self):
-        inner = "".join(f"\n  ({k}): {layer!r}" for k, layer in enumerate(self.layers))
+        inner = "".join(f"\n  ({k}): {layer!r}" if isinstance(layer, Module) else f"\n  ({k}): {_layer_name(layer)}"
+                        for k, layer in enumerate(self.layers))
         return f"Sequential({inner}\n)"
 
 
