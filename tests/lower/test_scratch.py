@@ -16,14 +16,13 @@ def _kernel(x, scratch=None):
     return tmp + 0.0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def twice():
     name = "test_scratch_twice"
-    if name not in REGISTRY:
-        defop(name, _kernel, same_spec, lambda g, out, x: (g * 2.0,),
-              scratch=lambda node, shapes: [(shapes[node.id], node.dtype)],
-              unsupported={"scalar": "a test op"})
+    defop(name, _kernel, same_spec, lambda g, out, x: (g * 2.0,),
+          scratch=lambda node, shapes: [(shapes[node.id], node.dtype)], unsupported={"scalar": "a test op"})
     yield lambda x: apply(name, (x,))
+    REGISTRY.pop(name, None)
 
 
 def test_a_planned_kernel_gets_the_same_scratch_buffer_every_call(twice):
