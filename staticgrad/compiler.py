@@ -82,11 +82,10 @@ def number_draws(graph):
     the passes later drop (nothing needs its value) still moves its key on."""
     draw_ops = {name for name, opdef in REGISTRY.items() if opdef.draws is not None}
     counts = {}
-    for node in graph.nodes.values():
-        if node.op in draw_ops:
-            key = node.inputs[0]
-            node.attrs = dict(node.attrs, index=counts.get(key, 0))
-            counts[key] = node.attrs["index"] + 1
+    for node in [n for n in graph.nodes.values() if n.op in draw_ops]:     # (one quick scan of a big graph)
+        key = node.inputs[0]
+        node.attrs = dict(node.attrs, index=counts.get(key, 0))
+        counts[key] = node.attrs["index"] + 1
 
 
 def _placeholders(found):

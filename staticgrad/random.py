@@ -7,7 +7,9 @@ function that draws D times from a key reads positions p .. p+D-1 of its stream 
 succeeds, leaves the key at p+D: every call draws new numbers, the same ones from the same seed, and
 since a key is a parameter, ``sg.save``/``sg.save_parameters`` keep where the stream stands. Eagerly
 (a draw whose ``like`` or key is an eager tensor) each draw reads one position at once and moves the
-key on, so the same model code gives the same numbers in both modes.
+key on, so the same model code gives the same numbers in both modes. A draw of a symbolic key with no
+eager ``like`` stays symbolic, even among eager tensors: give it ``like=`` or an eager key
+(``eager.tensor(k.value)``). A placeholder key, fed each call, is only read: moving it on is the caller's.
 
 Sizes known only at run time (a batch of None rows) come from ``like=``: a tensor whose run-time shape
 the draw takes; ``shape`` then gives its static shape (None where unknown), checked against like's.
@@ -81,9 +83,11 @@ def _shape_and_like(shape, like, who):
 
 
 def _number(value, what, who) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{who}: {what} must be a finite number, got {value!r}; for a tensor, write the "
-                        f"arithmetic on a standard draw (at {user_frame()})")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{who}: {what} must be a number, got {value!r}; for a tensor, write the arithmetic "
+                        f"on a standard draw (at {user_frame()})")
+    if not math.isfinite(value):
+        raise ValueError(f"{who}: {what} must be finite, got {value!r} (at {user_frame()})")
     return float(value)
 
 
