@@ -2,7 +2,8 @@
 
 One entry, :func:`build_program`. On its way: the graph at those sizes (``shapes``), many small ops of
 one kind batched into single calls and chains of small products into scans (``batching``, ``chains``),
-memory planned into a reusable workspace (``memory``), straight-line numpy source generated
+memory planned into a reusable workspace (``memory``; random draws drawn again for the backward pass where
+that lowers the peak, ``recompute``), straight-line numpy source generated
 (``codegen``). Tiny float64 plans become Python scalar code instead (``scalarize``, ``scalar_math``); with
 ``backend="numba"``, elementwise regions become fused loops run by one compiled interpreter (``fuse``,
 ``numba_backend``, ``numba_cache``, ``vector_math``). ``costs`` serves the pass ledger.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import REGISTRY
-from . import batching, codegen, scalarize
+from . import batching, codegen, recompute, scalarize
 from .codegen import Program
 from .interpret import failed_node, generate
 from .loop_source import loop_writer
@@ -86,6 +87,9 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
+    again = {}
+    if backend.memory_planning and loop is None:
+        concrete, order, sizes, again = recompute.choose(concrete, order, sizes)
     # (with the numba backend a body stays one program per step, whose elementwise regions are fused loops)
     lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
         body, feed, backend, loop=loop if backend.name != "numba" else None))
@@ -94,6 +98,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
     if saved:
         program.stats = dict(program.stats, checkpoint_bytes_saved=saved)
+    if again:
+        program.stats = dict(program.stats, **again)
     return program
 
 

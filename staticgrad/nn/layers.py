@@ -176,6 +176,7 @@ def _eager_twin(value, memo):
         return value.to_eager(memo)
     if isinstance(value, Tensor) and value.op == "parameter":
         if value.id not in memo:
+            # (state that is not trained, a random key or a running mean, stays so)
             memo[value.id] = eager.tensor(value.value, requires_grad=value.requires_grad, name=value.name)
         return memo[value.id]
     return value

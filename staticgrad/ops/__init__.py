@@ -4,7 +4,22 @@ Every name exported here that is an op comes from its registration (``REGISTRY[n
 new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``public=False``,
 ``sg.<name>`` follow.
 """
-from . import broadcast, conv, elementary, elementwise, index, linalg, methods, nn, pad, pool, powers, reduce, shape  # noqa: F401  (they register)
+from . import (  # noqa: F401  (they register)
+    broadcast,
+    conv,
+    elementary,
+    elementwise,
+    index,
+    linalg,
+    methods,
+    nn,
+    pad,
+    pool,
+    powers,
+    random,
+    reduce,
+    shape,
+)
 from .registry import (
     BACKENDS,
     BROADCAST,

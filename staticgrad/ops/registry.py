@@ -81,16 +81,27 @@ class OpDef:
       says for pictures and traces which input feeds which body input (a carry's start, a slice per
       step, a value read every step), which body outputs come back as carries, which become which of
       the node's values, and a title ("50 steps, reverse"): see ``staticgrad.explain.loopinfo``.
+    - ``scratch(node, shapes)``: the temporary arrays its kernel needs besides its result, as a list of
+      (shape, dtype) (a convolution's unfolded input), or None. A memory plan hands it buffers for them,
+      reused call after call and by later steps, as ``scratch=(array, ...)``; without a plan the kernel
+      is called without ``scratch`` and allocates its own.
     - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
     - ``batch(attrs, shapes, stacked)``: the op over a stack of its inputs, as a loop pass hoisting it out
       of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading
       axis of steps, (the attrs of the one op computing every step at once, per input the number of
       size-1 axes to put after that leading axis), or None where the op cannot. Elementwise ops have it.
+    - ``draws``: the op is a random draw that consumes one draw of the key at its input 0 per call;
+      ``draws(key)`` is the key's value after that draw (numpy arrays and tensors alike). Its kernel is a
+      pure function of the key's value and its attribute ``index``: compile numbers the draws of each key
+      in build order (``index`` 0, 1, ...), so a call with D draws of a key reads D positions of its
+      stream; eager mode runs each at once with index 0 and sets a key that is a parameter or an eager
+      leaf to ``draws(key)``. None for every other op.
     """
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
-                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch")
+                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch", "scratch",
+                 "draws")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -104,6 +115,7 @@ class OpDef:
         self.unsupported = {}
         self.public = True
         self.bodies, self.lowering, self.takes_needs, self.batch = (), None, False, None
+        self.scratch = self.draws = None
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)
