@@ -27,10 +27,10 @@ from .layers import (
     softmax_cross_entropy,
     zeros,
 )
-from .norm import BatchNorm1d, BatchNorm2d, LayerNorm
+from .norm import BatchNorm1d, BatchNorm2d, Dropout, LayerNorm
 from .sequence import GRU, LSTM, RNN, Embedding
 
 __all__ = ["ACTIVATIONS", "INITIALIZERS", "Module", "Linear", "MLP", "Sequential", "Embedding", "RNN", "LSTM",
            "GRU", "Conv1d", "Conv2d", "MaxPool2d", "AvgPool2d", "Flatten", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
-           "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "zeros", "mse",
+           "Dropout", "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "zeros", "mse",
            "binary_cross_entropy_with_logits", "softmax_cross_entropy", "accuracy"]

@@ -1,15 +1,18 @@
-"""Normalization layers, laid out as torch.nn's: BatchNorm1d, BatchNorm2d and LayerNorm.
+"""Normalization layers, laid out as torch.nn's: BatchNorm1d, BatchNorm2d and LayerNorm; and Dropout.
 
-A batch norm reads ``training`` when called: a graph built in training normalizes by the batch and moves
-the running statistics each time a compiled function computes it; one built after ``model.eval()`` reads
-them. Both share the same parameters and buffers, so ``model.train(); step = sg.compile(...)`` and
-``model.eval(); predict = sg.compile(...)`` are two functions of one model.
+A batch norm and a dropout read ``training`` when called: a graph built in training normalizes by the
+batch and moves the running statistics each time a compiled function computes it; one built after
+``model.eval()`` reads them (a dropout built for evaluation is the identity). Both share the same
+parameters and buffers, so ``model.train(); step = sg.compile(...)`` and ``model.eval(); predict =
+sg.compile(...)`` are two functions of one model.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from .. import eager
+from .. import eager, random
 from ..ops.registry import as_tensor
 from ..tensor import ShapeError, format_shape, parameter, user_frame
 from .functional import batch_norm, layer_norm, scoped_update
@@ -119,3 +122,23 @@ class LayerNorm(Module):
     def __repr__(self):
         return (f"LayerNorm({self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.bias is not None})")
+
+
+class Dropout(Module):
+    """torch.nn.Dropout: in training each element is zeroed with probability ``p`` and the others scaled by
+    1 / (1 - p); in evaluation the input is passed on. ``key``: None draws from the default key
+    (``sg.random.seed`` resets it), an int gives the layer a key of its own seeded so (a buffer: checkpoints
+    keep where its stream stands), or a key (``sg.random.key(seed)``) to share."""
+
+    def __init__(self, p=0.5, key=None, name="dropout"):
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be a probability between 0 and 1, got {p!r}")
+        self.p, self.name = float(p), name
+        self.key = random.key(key, name=f"{name}.key") if isinstance(key, numbers.Integral) else key
+
+    def __call__(self, x):
+        with layer_scope(self.name):
+            return random.dropout(x, self.p, training=self.training, key=self.key)
+
+    def __repr__(self):
+        return f"Dropout(p={self.p}, inplace=False)"

@@ -148,11 +148,12 @@ def test_flatten_keeps_one_unknown_size_and_refuses_two():
 
 def test_a_collapsed_picture_of_a_cnn_draws_one_box_per_layer():
     model = nn.Sequential(nn.Conv2d(1, 4, 3), sg.relu, nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1),
-                          nn.BatchNorm2d(4), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4, 3, seed=0))
+                          nn.BatchNorm2d(4), nn.AvgPool2d(2), nn.Flatten(), nn.Dropout(0.5, key=0),
+                          nn.Linear(4, 3, seed=0))
     x, y = sg.placeholder((None, 1, 6, 6), name="x"), sg.placeholder((None,), dtype="int64", name="y")
     loss = nn.softmax_cross_entropy(model(x), y)
     fn = sg.compile(loss, updates=[(p, p - 0.1 * g) for p, g in zip(model.parameters(),
                                                                      sg.grad(loss, model.parameters()))])
     boxes = {k for k in dot_nodes(sg.to_dot(fn, collapse=True)) if k.startswith("scope_")}
     assert boxes == {"scope_0_conv2d", "scope_1_relu", "scope_2_maxpool2d", "scope_3_conv2d", "scope_4_batchnorm2d",
-                     "scope_5_avgpool2d", "scope_6_flatten", "scope_7_linear"}
+                     "scope_5_avgpool2d", "scope_6_flatten", "scope_7_dropout", "scope_8_linear"}

@@ -213,3 +213,49 @@ def test_wrong_input_ranks_are_refused_when_built():
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         nn.BatchNorm1d(3)(sg.placeholder((1, 3)))
     nn.BatchNorm1d(3).eval()(sg.placeholder((1, 3)))         # evaluation reads the running statistics: fine
+
+
+# ------------------------------------------------------------------ Dropout
+def test_dropout_in_evaluation_passes_the_input_on_as_torch_s(rng):
+    torch = pytest.importorskip("torch")
+    layer = nn.Dropout(0.3)
+    assert repr(layer) == repr(torch.nn.Dropout(0.3))
+    x = sg.placeholder((None, 4))
+    assert layer.eval()(x) is x
+    X = rng.normal(size=(2, 4))
+    np.testing.assert_array_equal(layer.to_eager()(eager.tensor(X)).value, torch.nn.Dropout(0.3).eval()(
+        torch.tensor(X)).numpy())
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+def test_dropout_in_training_zeroes_a_fraction_p_and_scales_the_rest_as_torch(p, rng):
+    torch = pytest.importorskip("torch")
+    layer = nn.Dropout(p, key=7)
+    x = sg.placeholder((None, 500), name="x", requires_grad=True)
+    out = layer(x)
+    fn = sg.compile([out, sg.grad(sg.sum(out * 3.0), [x])[0]], inputs=[x])
+    X = rng.uniform(1.0, 2.0, size=(40, 500))
+    (first, grad), (second, _) = fn(X), fn(X)
+    kept = first != 0
+    assert abs(1 - kept.mean() - p) < 0.01 and not np.array_equal(first, second)     # a new mask each call
+    np.testing.assert_allclose(first[kept], X[kept] / (1 - p), rtol=1e-15)
+    np.testing.assert_allclose(grad, 3.0 * kept / (1 - p), rtol=1e-15)               # through the kept ones
+    theirs = torch.nn.Dropout(p)(torch.tensor(X)).numpy()                            # (torch's stream differs)
+    assert set(np.unique(np.round(theirs / X, 12))) == set(np.unique(np.round(first / X, 12)))
+    np.testing.assert_array_equal(layer.key.value, [7, 2])                           # two calls, one draw each
+
+
+def test_dropout_draws_the_same_masks_in_both_modes_and_keeps_its_key_as_a_buffer(tmp_path):
+    layer = nn.Dropout(0.5, key=3)
+    assert layer.parameters() == [] and layer.buffers() == [layer.key]
+    twin = layer.to_eager()                                  # a copy of the key, at the same place
+    f = sg.compile(layer(sg.placeholder((None, 8), name="x")))
+    X = np.ones((4, 8))
+    for _ in range(2):
+        np.testing.assert_array_equal(twin(eager.tensor(X)).value, f(X))
+    path = sg.save_parameters(layer, tmp_path / "dropout")
+    expected = f(X)
+    sg.load_parameters(layer, path)                          # back to where the stream stood when saved
+    np.testing.assert_array_equal(f(X), expected)
+    with pytest.raises(ValueError, match="p must be a probability between 0 and 1, got 1.5"):
+        nn.Dropout(1.5)
