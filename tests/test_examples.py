@@ -3,6 +3,7 @@ import importlib.util
 import pathlib
 import subprocess
 import sys
+import xml.dom.minidom
 
 import numpy as np
 import pytest
@@ -111,3 +112,55 @@ def test_sequence_classification_padding_and_mask_give_the_per_length_logits():
     seqs, labels = example.make_sequences(200, 3, 9, rng)
     assert [bool(np.any(np.diff(s) == 0)) for s in seqs] == list(labels == 1)       # the task as stated
     assert 0.4 < labels.mean() < 0.6 and {len(s) for s in seqs} == set(range(3, 10))
+
+
+@pytest.mark.slow
+def test_cnn_digits_reaches_98_percent():
+    pytest.importorskip("sklearn", reason="examples/cnn_digits.py needs scikit-learn (pip install scikit-learn)")
+    assert load("cnn_digits").main([])["accuracy"] >= 0.98
+
+
+def test_cnn_digits_without_sklearn_says_so_and_skips(monkeypatch, capsys):
+    example = load("cnn_digits")
+    monkeypatch.setattr(example, "load_digits", lambda: None)
+    assert example.main([]) is None
+    assert "pip install scikit-learn" in capsys.readouterr().err
+
+
+def test_cnn_digits_shifts_each_image_by_one_pixel():
+    X = np.arange(2 * 9, dtype=np.float32).reshape(2, 1, 3, 3) + 1
+    moved, labels = load("cnn_digits").with_shifts(X, np.array([4, 7]))
+    assert moved.shape == (10, 1, 3, 3) and list(labels) == [4, 7] * 5
+    np.testing.assert_array_equal(moved[2, 0], [[0, 0, 0], [1, 2, 3], [4, 5, 6]])          # down
+    np.testing.assert_array_equal(moved[8, 0], [[2, 3, 0], [5, 6, 0], [8, 9, 0]])          # left
+
+
+def test_cnn_shapes_draws_balanced_classes_reproducibly():
+    example = load("cnn_shapes")
+    X, y = example.make_shapes(500, seed=4)
+    assert X.shape == (500, 1, 28, 28) and X.dtype == np.float32 and 0 <= X.min() and X.max() <= 1
+    counts = np.bincount(y)
+    assert len(counts) == 5 and counts.min() > 70                          # five classes, none rare
+    np.testing.assert_array_equal(example.make_shapes(20, seed=4)[0], example.make_shapes(20, seed=4)[0])
+    clean, labels = example.make_shapes(50, noise=0.0, seed=1)
+    ink = clean.sum(axis=(1, 2, 3))
+    circle, ring = ink[labels == 0].mean(), ink[labels == 4].mean()
+    assert ring < circle                                                    # a ring is a circle with a hole
+
+
+@pytest.mark.slow
+def test_cnn_shapes_learns_and_writes_its_training_curve(tmp_path):
+    result = load("cnn_shapes").main(["--out", str(tmp_path / "curve")])
+    assert result["accuracy"] >= 0.85
+    rows = (tmp_path / "curve.csv").read_text().splitlines()
+    assert rows[0] == "epoch,loss,test_acc" and len(rows) == 11
+    losses = [float(r.split(",")[1]) for r in rows[1:]]
+    assert losses[-1] < losses[0] / 2
+    assert (tmp_path / "curve.svg").read_text().count("<polyline") == 2
+
+
+def test_cnn_shapes_runs_quickly_on_a_few_images(tmp_path):
+    result = load("cnn_shapes").main(["--out", str(tmp_path / "c"), "--train", "64", "--test", "32", "--epochs", "2",
+                                      "--width", "2", "--batch-size", "32"])
+    assert [r["epoch"] for r in result["rows"]] == [1, 2]
+    xml.dom.minidom.parse(str(tmp_path / "c.svg"))                         # well-formed
