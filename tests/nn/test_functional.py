@@ -106,16 +106,24 @@ def test_batch_norm_gradients_match_finite_differences_to_second_order(training,
     assert check_grads(f, [rng.normal(size=(4, 3, 2)), rng.normal(size=3), rng.normal(size=3)], order=2)
 
 
-def test_batch_norm_second_derivatives_match_torch(rng):
+@pytest.mark.parametrize("which", ["batch_norm", "layer_norm"])
+def test_second_derivatives_match_torch(which, rng):
     torch = pytest.importorskip("torch")
-    x, w, b, v = rng.normal(size=(5, 3, 2)), rng.normal(size=3), rng.normal(size=3), rng.normal(size=(5, 3, 2))
+    x, v = rng.normal(size=(5, 3, 2)), rng.normal(size=(5, 3, 2))
+    w, b = (rng.normal(size=3 if which == "batch_norm" else (3, 2)) for _ in range(2))
     proj = _weights(rng, x.shape)
+
+    def norm(F, x, w, b):
+        if which == "batch_norm":
+            return F.batch_norm(x, None, None, w, b, training=True)
+        return F.layer_norm(x, (3, 2), w, b)
+
     xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
-    out = torch.nn.functional.batch_norm(xt, None, None, wt, bt, training=True)
+    out = norm(torch.nn.functional, xt, wt, bt)
     gx, gw = torch.autograd.grad((out ** 2 * torch.tensor(proj)).sum(), [xt, wt], create_graph=True)
     want = torch.autograd.grad((gx * torch.tensor(v)).sum() + gw.sum(), [xt, wt, bt], allow_unused=True)
     xs, ws, bs = (sg.placeholder(a.shape, requires_grad=True) for a in (x, w, b))
-    out = sg.batch_norm(xs, weight=ws, bias=bs, training=True)
+    out = norm(sg, xs, ws, bs)
     gx, gw = sg.grad(sg.sum(out ** 2 * proj), [xs, ws])
     got = sg.compile(sg.grad(sg.sum(gx * v) + sg.sum(gw), [xs, ws, bs]), inputs=[xs, ws, bs])(x, w, b)
     for a, t in zip(got, want):
