@@ -27,17 +27,21 @@ def cnn_goal_lines(doc) -> list:
         for peer in AHEAD_OF:
             theirs = results.get(peer, {})
             if theirs.get("status") != "ok":
-                out.append(f"  {entry['name']}: ahead of {peer}: {peer} not measured ({theirs.get('status')})")
+                out.append(f"  {entry['name']}: ahead of {peer}: {peer} not measured ({_status(theirs)})")
                 continue
             out.append(f"  {entry['name']}: staticgrad {ratio:.2f} x hand numpy, {peer} {theirs['ratio']:.2f} "
                        f"(goal: ahead of {peer}): {mark(ratio < theirs['ratio'])}")
         peer, factor = NEAR
         theirs = results.get(peer, {})
         if theirs.get("status") != "ok":
-            out.append(f"  {entry['name']}: within {factor:g}x of {peer}: {peer} not measured ({theirs.get('status')})")
+            out.append(f"  {entry['name']}: within {factor:g}x of {peer}: {peer} not measured ({_status(theirs)})")
             continue
         # times, not ratios: each ratio's hand numpy ran in its own process
         share = ours["median_s"] / theirs["median_s"]
         out.append(f"  {entry['name']}: staticgrad {share:.2f} x {peer}'s time ({peer} {theirs['ratio']:.2f} x hand "
                    f"numpy; goal: within {factor:g}x): {mark(share <= factor)}")
     return out
+
+
+def _status(result) -> str:
+    return result.get("status", "not in this run")

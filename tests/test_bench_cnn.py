@@ -173,4 +173,6 @@ def test_the_table_shows_the_issue_20_goals():
     doc = _fake_doc(0.3, 0.5, 0.6, 0.25, 0.005)
     doc["workloads"][0]["results"]["tensorflow"] = {"status": "skipped", "reason": "not installed"}
     assert "tensorflow not measured (skipped)" in cnn_report.cnn_goal_lines(doc)[-1]
+    del doc["workloads"][0]["results"]["torch"]
+    assert "torch not measured (not in this run)" in cnn_report.cnn_goal_lines(doc)[2]
     assert "Issue 20 goals:" in bench.format_table(doc)
