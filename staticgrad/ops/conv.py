@@ -69,7 +69,8 @@ def _weight_vjp(v, out, x, g, *like, kernel, **attrs):
 
 # ------------------------------------------------------------------ costs and torch twins
 def _twice(work):
-    """FLOPs: a multiply and an add per product (padding's included, as torch's counters do)."""
+    """FLOPs: a multiply and an add per product, products with the padding included (as
+    torch.utils.flop_counter counts a convolution)."""
     return lambda node, shapes: 2 * work(node, shapes)
 
 

@@ -57,6 +57,12 @@ def _finite(a) -> bool:
     return bool(np.isfinite(np.add.reduce(a, axis=None)))
 
 
+def _dense(w):
+    # numpy multiplies an operand with a step of 0 (a broadcast weight) in its own loop, not BLAS's, which
+    # adds in another order (see matmul_kernel): the weight, small, is copied instead.
+    return np.ascontiguousarray(w) if 0 in w.strides and w.size > 1 else w
+
+
 def _padded(x, padding, slack=None):
     """``x`` with zero borders; flattened per channel when ``slack`` (zeros after the last row) is given."""
     top, bottom, left, right = padding
@@ -135,6 +141,7 @@ def scatter(cols, size, stride, padding, dilation, out=None):
 
 
 def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None):
+    w = _dense(w)
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw(x.shape, (kh, kw), stride, padding, dilation)
@@ -154,6 +161,7 @@ def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None):
 
 
 def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None):
+    w = _dense(w)
     n, ci, h, wd = x.shape
     _, cog, kh, kw = w.shape
     (top, bottom, left, right) = padding
