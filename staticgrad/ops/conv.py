@@ -19,6 +19,7 @@ from .conv_rules import (
     conv2d_spec,
     conv_attrs,
     conv_shape,
+    ints,
     no_tensor,
     rank,
     transpose_attrs,
@@ -159,6 +160,21 @@ def conv_transpose2d(x: TensorLike, w: TensorLike, stride=1, padding=0, output_p
     x, w = coerce(x, w)
     attrs = at_line("conv_transpose2d", transpose_attrs, stride, padding, output_padding, groups, dilation)
     return at_line("conv_transpose2d", _biased, apply("conv_transpose2d", (x, w), attrs), bias, 2)
+
+
+@_WEIGHT.publish
+def conv2d_weight(x: TensorLike, g: TensorLike, kernel, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """The gradient of conv2d(x, w, stride, padding, dilation, groups) with respect to its weight w, for the
+    gradient ``g`` of its output: (out, C/groups) + kernel. ``kernel`` is (kh, kw), or a tensor of w's shape
+    (its size is then read at run time: what a gradient built before sizes are known uses)."""
+    x, g = coerce(x, g)
+    if isinstance(kernel, Tensor) or hasattr(kernel, "_eager"):
+        size, inputs, stored = kernel.shape[2:], (x, g, kernel), None
+    else:
+        size = stored = at_line("conv2d_weight", ints, kernel, 2, "kernel", 1)
+        inputs = (x, g)
+    attrs = at_line("conv2d_weight", conv_attrs, size, stride, padding, dilation, groups)
+    return apply("conv2d_weight", inputs, dict(attrs, kernel=stored))
 
 
 def conv1d(x: TensorLike, w: TensorLike, stride=1, padding=0, dilation=1, groups=1, *, bias=None) -> Tensor:

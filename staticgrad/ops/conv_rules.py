@@ -15,7 +15,7 @@ from .registry import integers
 
 
 # ------------------------------------------------------------------ what users write -> the stored form
-def _ints(value, n, what, low):
+def ints(value, n, what, low):
     """``value`` (an int, or a sequence of ``n`` ints) as a tuple of ``n`` ints >= ``low``."""
     values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
     if len(values) != n:
@@ -42,7 +42,7 @@ def _padding(padding, kernel, stride, dilation):
             total = d * (k - 1)     # torch puts the odd one at the end (bottom, right)
             out += (total // 2, total - total // 2)
         return out
-    return tuple(p for p in _ints(padding, len(kernel), "padding", 0) for _ in range(2))
+    return tuple(p for p in ints(padding, len(kernel), "padding", 0) for _ in range(2))
 
 
 def _groups(groups):
@@ -68,7 +68,7 @@ def no_tensor(op, stride):
 
 def conv_attrs(kernel, stride, padding, dilation, groups):
     n = len(kernel)
-    stride, dilation = _ints(stride, n, "stride", 1), _ints(dilation, n, "dilation", 1)
+    stride, dilation = ints(stride, n, "stride", 1), ints(dilation, n, "dilation", 1)
     return {"stride": stride, "padding": _padding(padding, kernel, stride, dilation),
             "dilation": dilation, "groups": _groups(groups)}
 
@@ -77,11 +77,11 @@ def transpose_attrs(stride, padding, output_padding, groups, dilation):
     if isinstance(padding, str):
         raise TypeError(f"padding must be an int or a pair, got {padding!r}")
     attrs = conv_attrs((None, None), stride, padding, dilation, groups)
-    return dict(attrs, output_padding=_ints(output_padding, 2, "output_padding", 0))
+    return dict(attrs, output_padding=ints(output_padding, 2, "output_padding", 0))
 
 
 # ------------------------------------------------------------------ the stored form, checked
-def _stored_ints(value, n, what, low):
+def _storedints(value, n, what, low):
     if not isinstance(value, tuple) or len(value) != n or any(type(v) is not int for v in value):
         raise TypeError(f"{what} must be a tuple of {n} ints, got {value!r}")
     if min(value) < low:
@@ -90,9 +90,9 @@ def _stored_ints(value, n, what, low):
 
 
 def _stored(stride, padding, dilation, groups):
-    _stored_ints(stride, 2, "stride", 1)
-    _stored_ints(dilation, 2, "dilation", 1)
-    _stored_ints(padding, 4, "padding (top, bottom, left, right)", 0)
+    _storedints(stride, 2, "stride", 1)
+    _storedints(dilation, 2, "dilation", 1)
+    _storedints(padding, 4, "padding (top, bottom, left, right)", 0)
     if type(groups) is not int or groups < 1:
         raise TypeError(f"groups must be an int >= 1, got {groups!r}")
 
@@ -163,7 +163,7 @@ def transpose_spec(inputs, stride, padding, dilation, groups, output_padding):
         rank(inputs[2].shape, "the size reference", ("N", "C", "H", "W"))
         given = inputs[2].shape[2:]
     else:
-        _stored_ints(output_padding, 2, "output_padding", 0)
+        _storedints(output_padding, 2, "output_padding", 0)
         given = (None, None)
     sizes = tuple(_transposed(size, k, axis, stride, padding, dilation, output_padding, like)
                   for axis, (size, k, like) in enumerate(zip(x.shape[2:], w.shape[2:], given)))
@@ -200,7 +200,7 @@ def weight_spec(inputs, stride, padding, dilation, groups, kernel):
         rank(inputs[2].shape, "the size reference", ("out", "in/groups", "kh", "kw"))
         kernel = inputs[2].shape[2:]
     else:
-        _stored_ints(kernel, 2, "kernel", 1)
+        _storedints(kernel, 2, "kernel", 1)
     rank(g.shape, "the output gradient", ("N", "out", "OH", "OW"))
     c, o = x.shape[1] if x.ndim == 4 else None, g.shape[1]
     w = (o, None if c is None or c % groups else c // groups) + tuple(kernel)

@@ -227,6 +227,18 @@ def test_gradients_use_the_internal_forms_only_when_sizes_are_unknown():
     assert gx.attrs["output_padding"] is None and gx.inputs[2] is x
 
 
+def test_conv2d_weight_takes_a_kernel_size_or_a_tensor_of_the_weights_shape():
+    x, g, w = ph(1, 2, 5, 5), ph(1, 3, 3, 3), ph(3, 2, 3, 3)
+    sized, like = sg.ops.conv2d_weight(x, g, 3, stride=2, padding=1), sg.ops.conv2d_weight(x, g, w, stride=2, padding=1)
+    assert sized.attrs["kernel"] == (3, 3) and len(sized.inputs) == 2
+    assert like.attrs["kernel"] is None and like.inputs[2] is w and like.shape == sized.shape == (3, 2, 3, 3)
+    rng = np.random.default_rng(3)
+    feeds = [rng.standard_normal(t.shape) for t in (x, g, w)]
+    a, b = sg.compile([sized, like], inputs=[x, g, w])(*feeds)
+    np.testing.assert_array_equal(a, b)
+    _raises(ValueError, r"kernel must be >= 1", lambda: sg.ops.conv2d_weight(x, g, 0), op="conv2d_weight")
+
+
 # ------------------------------------------------------------------ run time
 def test_sizes_unknown_until_run_time_are_checked_when_a_plan_is_made():
     x, g = ph(1, 2, None, 4), ph(1, 3, None, 3)
