@@ -3,216 +3,32 @@ to its input), conv1d (conv2d over an added axis), and conv2d_weight, conv2d's g
 weight (internal). The three ops are linear in each input and their VJPs are written with each other, so
 gradients of any order are graph.
 
-Attributes are stored in one form, which the shape rules demand of every node (one read from a file too):
-``stride`` and ``dilation`` pairs of ints >= 1, ``padding`` (top, bottom, left, right) ints >= 0, ``groups``
-an int >= 1. Where a gradient is built before sizes are known (a None dim), the op reads the size it must
-give from an extra input at run time: conv_transpose2d(g, w, like) gives like's height and width (its
-``output_padding`` is then None), conv2d_weight(x, g, like) gives a kernel of like's size (``kernel`` None).
+What each op is given is checked in conv_rules (the stored form of the attributes, the shape rules); its
+numpy kernel is in im2col, its scalar rule in conv_scalar. Where a gradient is built before sizes are known
+(a None dim), the op reads the size it must give from an extra input at run time: conv_transpose2d(g, w,
+like) gives like's height and width (its ``output_padding`` is then None), conv2d_weight(x, g, like) a
+kernel of like's size (``kernel`` None).
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape
+from . import conv_scalar as scalar
 from .broadcast import expand_dims, squeeze
-from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, out_length, transposed_length
-from .registry import C_ORDER, OUT, apply, coerce, defop, integers
+from .conv_rules import (
+    at_line,
+    conv2d_spec,
+    conv_attrs,
+    conv_shape,
+    ints,
+    no_tensor,
+    rank,
+    transpose_attrs,
+    transpose_spec,
+    weight_spec,
+)
+from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, transposed_length
+from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
-
-SCALAR_WHY = ("a sum of C*kh*kw products per element, in the order of a BLAS product over im2col patches; "
-              "plans with a convolution are not the tiny ones scalar code is for")
-
-
-# ------------------------------------------------------------------ what users write -> the stored form
-def _ints(value, n, what, low):
-    """``value`` (an int, or a sequence of ``n`` ints) as a tuple of ``n`` ints >= ``low``."""
-    values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
-    if len(values) != n:
-        raise TypeError(f"{what} must be an int or {n} ints, got {value!r}")
-    values = integers(values, what)
-    if min(values) < low:
-        raise ValueError(f"{what} must be >= {low}, got {value!r}")
-    return values
-
-
-def _padding(padding, kernel, stride, dilation):
-    """(before, after) per spatial axis, flat, for an int, ints per axis, "valid" or "same"."""
-    if isinstance(padding, str):
-        if padding == "valid":
-            return (0, 0) * len(kernel)
-        if padding != "same":
-            raise ValueError(f"padding must be an int, ints per axis, 'valid' or 'same', got {padding!r}")
-        if any(s != 1 for s in stride):
-            raise ValueError(f"padding='same' is not supported for strided convolutions (stride {stride})")
-        if None in kernel:
-            raise ValueError("padding='same' needs the kernel size when the expression is built")
-        out = ()
-        for k, d in zip(kernel, dilation):
-            total = d * (k - 1)     # torch puts the odd one at the end (bottom, right)
-            out += (total // 2, total - total // 2)
-        return out
-    return tuple(p for p in _ints(padding, len(kernel), "padding", 0) for _ in range(2))
-
-
-def _groups(groups):
-    (groups,) = integers((groups,), "groups")
-    if groups < 1:
-        raise ValueError(f"groups must be >= 1, got {groups}")
-    return groups
-
-
-def at_line(op, make, *args):
-    """``make(*args)``; its ShapeError, TypeError or ValueError names the op and the user's line."""
-    try:
-        return make(*args)
-    except (ShapeError, TypeError, ValueError) as err:
-        raise type(err)(f"{op}: {err} (at {user_frame()})") from None
-
-
-def _no_tensor(op, stride):
-    if isinstance(stride, (Tensor, np.ndarray)) or hasattr(stride, "_eager"):
-        raise TypeError(f"{op}: the third argument is the stride, got a tensor; a bias is passed as bias=... "
-                        f"(at {user_frame()})")
-
-
-def _conv_attrs(kernel, stride, padding, dilation, groups):
-    n = len(kernel)
-    stride, dilation = _ints(stride, n, "stride", 1), _ints(dilation, n, "dilation", 1)
-    return {"stride": stride, "padding": _padding(padding, kernel, stride, dilation),
-            "dilation": dilation, "groups": _groups(groups)}
-
-
-# ------------------------------------------------------------------ the stored form, checked
-def _stored_ints(value, n, what, low):
-    if not isinstance(value, tuple) or len(value) != n or any(type(v) is not int for v in value):
-        raise TypeError(f"{what} must be a tuple of {n} ints, got {value!r}")
-    if min(value) < low:
-        raise ShapeError(f"{what} must be >= {low}, got {value}")
-    return value
-
-
-def _stored(stride, padding, dilation, groups):
-    _stored_ints(stride, 2, "stride", 1)
-    _stored_ints(dilation, 2, "dilation", 1)
-    _stored_ints(padding, 4, "padding (top, bottom, left, right)", 0)
-    if type(groups) is not int or groups < 1:
-        raise TypeError(f"groups must be an int >= 1, got {groups!r}")
-
-
-def _float_dtype(*tensors):
-    dtype = np.result_type(*[t.dtype for t in tensors])
-    if dtype.kind != "f":
-        raise TypeError("takes real floating-point tensors, got " + " and ".join(str(t.dtype) for t in tensors))
-    return dtype
-
-
-def _rank(shape, what, names):
-    if len(shape) != len(names):
-        raise ShapeError(f"{what} must be ({', '.join(names)}), got shape {format_shape(shape)}")
-
-
-def _divides(groups, size, what):
-    if size is not None and size % groups:
-        raise ShapeError(f"groups={groups} does not divide the {size} {what}")
-
-
-def conv_shape(x, w, stride, padding, dilation, groups, names=("H", "W")):
-    """The result shape of a convolution of an x of shape (N, C, *spatial) by a w of shape (O, C/groups,
-    *kernel), checked (any number of spatial axes: conv1d checks with its names before building conv2d)."""
-    _rank(x, "the input", ("N", "C") + names)
-    _rank(w, "the weight", ("out", "in/groups") + tuple("k" + n.lower() for n in names))
-    (n, c), (o, cg) = x[:2], w[:2]
-    _divides(groups, c, "input channels")
-    _divides(groups, o, "output channels")
-    if c is not None and cg is not None and c != cg * groups:
-        raise ShapeError(f"the input has {c} channels but the weight {format_shape(w)} with groups={groups} "
-                         f"takes {cg * groups}")
-    sizes = ()
-    for size, k, s, before, after, d in zip(x[2:], w[2:], stride, padding[::2], padding[1::2], dilation):
-        if size is None or k is None:
-            sizes += (None,)
-            continue
-        if size + before + after < d * (k - 1) + 1:
-            raise ShapeError(f"the kernel {format_shape(w[2:])} (dilation {dilation}) is larger than the input "
-                             f"{format_shape(x[2:])} padded by {padding}")
-        sizes += (out_length(size, k, s, before, after, d),)
-    return (n, o) + sizes
-
-
-def _conv2d_spec(inputs, stride, padding, dilation, groups):
-    if len(inputs) != 2:
-        raise TypeError(f"takes 2 inputs, got {len(inputs)}")
-    _stored(stride, padding, dilation, groups)
-    x, w = inputs
-    return conv_shape(x.shape, w.shape, stride, padding, dilation, groups), _float_dtype(x, w)
-
-
-def _transpose_spec(inputs, stride, padding, dilation, groups, output_padding):
-    if len(inputs) not in (2, 3):
-        raise TypeError(f"takes 2 inputs (or 3, the last giving the size), got {len(inputs)}")
-    _stored(stride, padding, dilation, groups)
-    x, w = inputs[:2]
-    _rank(x.shape, "the input", ("N", "C_in", "H", "W"))
-    _rank(w.shape, "the weight", ("in", "out/groups", "kh", "kw"))
-    ci, cog = x.shape[1], w.shape[1]
-    _divides(groups, ci if ci is not None else w.shape[0], "input channels")
-    if ci is not None and w.shape[0] is not None and ci != w.shape[0]:
-        raise ShapeError(f"the input has {ci} channels but the weight {format_shape(w.shape)} takes {w.shape[0]}")
-    if len(inputs) == 3:
-        if output_padding is not None:
-            raise TypeError(f"output_padding must be None when a third input gives the size, got {output_padding!r}")
-        _rank(inputs[2].shape, "the size reference", ("N", "C", "H", "W"))
-        given = inputs[2].shape[2:]
-    else:
-        _stored_ints(output_padding, 2, "output_padding", 0)
-        given = (None, None)
-    sizes = tuple(_transposed(size, k, axis, stride, padding, dilation, output_padding, like)
-                  for axis, (size, k, like) in enumerate(zip(x.shape[2:], w.shape[2:], given)))
-    return (x.shape[0], None if cog is None else cog * groups) + sizes, _float_dtype(x, w)
-
-
-def _transposed(size, k, axis, stride, padding, dilation, extra, like):
-    """The output length along ``axis`` (``like``: the reference's, when it gives it), checked."""
-    s, d = stride[axis], dilation[axis]
-    if extra is not None and extra[axis] >= max(s, d):
-        raise ShapeError(f"output_padding {extra} must be smaller than either the stride {stride} or the "
-                         f"dilation {dilation}")
-    if size is None or k is None:
-        return like
-    base = transposed_length(size, k, s, padding[2 * axis], padding[2 * axis + 1], d, 0)
-    if base < 1:
-        raise ShapeError(f"the padding {padding} leaves no output (length {base} along axis {axis + 2})")
-    if extra is not None:
-        return base + extra[axis]
-    if like is not None and not base <= like < base + s:
-        raise ShapeError(f"the size reference's length {like} along axis {axis + 2} is not one a convolution "
-                         f"could have taken to length {size} (from {base} to {base + s - 1})")
-    return like
-
-
-def _weight_spec(inputs, stride, padding, dilation, groups, kernel):
-    if len(inputs) not in (2, 3):
-        raise TypeError(f"takes 2 inputs (or 3, the last giving the kernel size), got {len(inputs)}")
-    _stored(stride, padding, dilation, groups)
-    x, g = inputs[:2]
-    if len(inputs) == 3:
-        if kernel is not None:
-            raise TypeError(f"kernel must be None when a third input gives the size, got {kernel!r}")
-        _rank(inputs[2].shape, "the size reference", ("out", "in/groups", "kh", "kw"))
-        kernel = inputs[2].shape[2:]
-    else:
-        _stored_ints(kernel, 2, "kernel", 1)
-    _rank(g.shape, "the output gradient", ("N", "out", "OH", "OW"))
-    c, o = x.shape[1] if x.ndim == 4 else None, g.shape[1]
-    w = (o, None if c is None or c % groups else c // groups) + tuple(kernel)
-    n, _, *sizes = conv_shape(x.shape, w, stride, padding, dilation, groups)
-    for want, got in zip([n] + sizes, (g.shape[0],) + g.shape[2:]):
-        if want is not None and got is not None and want != got:
-            raise ShapeError(f"the output gradient {format_shape(g.shape)} does not fit the input "
-                             f"{format_shape(x.shape)} (the convolution gives {format_shape((n, o, *sizes))})")
-    return w, _float_dtype(x, g)
 
 
 # ------------------------------------------------------------------ gradients: each op's VJPs are the others
@@ -253,16 +69,10 @@ def _weight_vjp(v, out, x, g, *like, kernel, **attrs):
 
 
 # ------------------------------------------------------------------ costs and torch twins
-def _conv2d_flops(node, shapes):
-    return 2 * math.prod(shapes[node.id]) * math.prod(shapes[node.inputs[1]][1:])
-
-
-def _transpose_flops(node, shapes):
-    return 2 * math.prod(shapes[node.inputs[0]]) * math.prod(shapes[node.inputs[1]][1:])
-
-
-def _weight_flops(node, shapes):
-    return 2 * math.prod(shapes[node.inputs[1]]) * math.prod(shapes[node.id][1:])
+def _twice(work):
+    """FLOPs: a multiply and an add per product, products with the padding included (as
+    torch.utils.flop_counter counts a convolution)."""
+    return lambda node, shapes: 2 * work(node, shapes)
 
 
 def _torch_conv2d(T, stride, padding, dilation, groups):
@@ -304,15 +114,15 @@ def _torch_weight(T, stride, padding, dilation, groups, kernel):
     return run
 
 
-_CONV2D = defop("conv2d", conv2d_kernel, _conv2d_spec, _conv2d_vjp, OUT | C_ORDER, flops=_conv2d_flops,
-                torch=_torch_conv2d, unsupported={"scalar": SCALAR_WHY},
+_CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,
+                flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
                 doc="conv2d(x, w): torch.nn.functional.conv2d over NCHW x, w (out, in/groups, kh, kw)")
-_TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, _transpose_spec, _transpose_vjp, OUT | C_ORDER,
-                   flops=_transpose_flops, torch=_torch_transpose,
-                   unsupported={"scalar": SCALAR_WHY},
+_TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, transpose_spec, _transpose_vjp, OUT | C_ORDER,
+                   torch=_torch_transpose, flops=_twice(scalar.transpose_work), scalar_rule=scalar.transpose_scalar,
+                   scalar_work=scalar.transpose_work,
                    doc="conv_transpose2d(x, w): torch.nn.functional.conv_transpose2d, w (in, out/groups, kh, kw)")
-_WEIGHT = defop("conv2d_weight", conv2d_weight_kernel, _weight_spec, _weight_vjp, OUT | C_ORDER,
-                flops=_weight_flops, torch=_torch_weight, unsupported={"scalar": SCALAR_WHY},
+_WEIGHT = defop("conv2d_weight", conv2d_weight_kernel, weight_spec, _weight_vjp, OUT | C_ORDER, torch=_torch_weight,
+                flops=_twice(scalar.weight_work), scalar_rule=scalar.weight_scalar, scalar_work=scalar.weight_work,
                 public=False, doc="conv2d_weight(x, g): the gradient of conv2d(x, w) with respect to w")
 
 
@@ -333,10 +143,10 @@ def conv2d(x: TensorLike, w: TensorLike, stride=1, padding=0, dilation=1, groups
     int or a pair, ``padding`` an int, a pair, "valid" or "same" (stride 1 only; an odd total padding puts
     the extra row and column at the bottom and right, as torch does). ``bias`` (out,), keyword only, is
     added after the op (a separate add, which later passes see)."""
-    _no_tensor("conv2d", stride)
+    no_tensor("conv2d", stride)
     x, w = coerce(x, w)
-    at_line("conv2d", _rank, w.shape, "the weight", ("out", "in/groups", "kh", "kw"))
-    attrs = at_line("conv2d", _conv_attrs, w.shape[2:], stride, padding, dilation, groups)
+    at_line("conv2d", rank, w.shape, "the weight", ("out", "in/groups", "kh", "kw"))
+    attrs = at_line("conv2d", conv_attrs, w.shape[2:], stride, padding, dilation, groups)
     return at_line("conv2d", _biased, apply("conv2d", (x, w), attrs), bias, 2)
 
 
@@ -346,26 +156,34 @@ def conv_transpose2d(x: TensorLike, w: TensorLike, stride=1, padding=0, output_p
     """torch.nn.functional.conv_transpose2d: x (N, C_in, H, W), w (C_in, out/groups, kh, kw); the gradient of
     conv2d with respect to its input. ``output_padding`` (< stride or dilation) adds rows and columns at the
     bottom and right. ``bias`` (out,), keyword only, is added after the op."""
-    _no_tensor("conv_transpose2d", stride)
+    no_tensor("conv_transpose2d", stride)
     x, w = coerce(x, w)
-    attrs = at_line("conv_transpose2d", _transpose_attrs, stride, padding, output_padding, groups, dilation)
+    attrs = at_line("conv_transpose2d", transpose_attrs, stride, padding, output_padding, groups, dilation)
     return at_line("conv_transpose2d", _biased, apply("conv_transpose2d", (x, w), attrs), bias, 2)
 
 
-def _transpose_attrs(stride, padding, output_padding, groups, dilation):
-    if isinstance(padding, str):
-        raise TypeError(f"padding must be an int or a pair, got {padding!r}")
-    attrs = _conv_attrs((None, None), stride, padding, dilation, groups)
-    return dict(attrs, output_padding=_ints(output_padding, 2, "output_padding", 0))
+@_WEIGHT.publish
+def conv2d_weight(x: TensorLike, g: TensorLike, kernel, stride=1, padding=0, dilation=1, groups=1) -> Tensor:
+    """The gradient of conv2d(x, w, stride, padding, dilation, groups) with respect to its weight w, for the
+    gradient ``g`` of its output: (out, C/groups) + kernel. ``kernel`` is (kh, kw), or a tensor of w's shape
+    (its size is then read at run time: what a gradient built before sizes are known uses)."""
+    x, g = coerce(x, g)
+    if isinstance(kernel, Tensor) or hasattr(kernel, "_eager"):
+        size, inputs, stored = kernel.shape[2:], (x, g, kernel), None
+    else:
+        size = stored = at_line("conv2d_weight", ints, kernel, 2, "kernel", 1)
+        inputs = (x, g)
+    attrs = at_line("conv2d_weight", conv_attrs, size, stride, padding, dilation, groups)
+    return apply("conv2d_weight", inputs, dict(attrs, kernel=stored))
 
 
 def conv1d(x: TensorLike, w: TensorLike, stride=1, padding=0, dilation=1, groups=1, *, bias=None) -> Tensor:
     """torch.nn.functional.conv1d: x (N, C, L), w (out, C/groups, k); padding an int, "valid" or "same".
     Built as conv2d over an added axis of length 1."""
-    _no_tensor("conv1d", stride)
+    no_tensor("conv1d", stride)
     x, w = coerce(x, w)
-    at_line("conv1d", _rank, w.shape, "the weight", ("out", "in/groups", "kl"))
-    attrs = at_line("conv1d", _conv_attrs, w.shape[2:], stride, padding, dilation, groups)
+    at_line("conv1d", rank, w.shape, "the weight", ("out", "in/groups", "kl"))
+    attrs = at_line("conv1d", conv_attrs, w.shape[2:], stride, padding, dilation, groups)
     at_line("conv1d", conv_shape, x.shape, w.shape, attrs["stride"], attrs["padding"], attrs["dilation"],
             attrs["groups"], ("L",))
     attrs2d = {"stride": (1,) + attrs["stride"], "padding": (0, 0) + attrs["padding"],

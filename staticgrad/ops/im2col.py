@@ -1,7 +1,7 @@
 """numpy kernels of the convolutions: patches gathered with strided views (im2col), one matrix product, and
 the scatter-add back (col2im). conv.py registers the ops; these functions see arrays only.
 
-Every kernel takes its attributes in the stored form conv.py checks: ``stride`` and ``dilation`` pairs,
+Every kernel takes its attributes in the stored form conv_rules.py checks: ``stride`` and ``dilation`` pairs,
 ``padding`` as (top, bottom, left, right), ``groups`` an int. Arrays are NCHW; a conv2d weight is
 (out, in/groups, kh, kw), a conv_transpose2d weight (in, out/groups, kh, kw).
 
@@ -10,6 +10,16 @@ Layout: the patches of x are copied once into a C-ordered buffer (N, C, kh, kw, 
 product writes straight into the result (or the plan's ``out=`` buffer), with no transpose after it.
 The weight gradient wants the other order, (C, kh, kw, N, OH, OW), so that one product with the
 gradient laid out (O, N*OH*OW) sums over the batch and the pixels at once.
+
+Rows: numpy copies (and adds) a strided view one innermost run at a time, and a patch's run is one output
+row, OW elements: for small images the per-run cost dominates. With stride 1 a patch is instead taken along
+the padded input's rows, as one run of OH*Wp elements of the flattened padded image, Wp the padded width:
+each output row then carries Wp - OW extra columns, which the products compute and the result drops (or,
+where the patches meet a gradient, the gradient's zero columns cancel). That pays where the patches are the
+bigger array (C*kh*kw at least twice the output channels, per group) and always for conv_transpose2d, whose
+scatter-adds are the slow part (measured on LeNet's layers: ``python -m benchmarks.conv_kernels``). Extra
+columns meet zeros only in a product, and inf * 0 is nan: the row layout is used only where the operand it
+reads past the edges is finite (one sum says so).
 """
 from __future__ import annotations
 
@@ -34,26 +44,55 @@ def out_hw(x_shape, kernel, stride, padding, dilation):
             out_length(w, kw, stride[1], left, right, dilation[1]))
 
 
-def _padded(x, padding):
-    """``x`` with zero borders, or ``x`` itself when there are none."""
+def _by_rows(stride, depth, channels):
+    """Whether patches of ``depth`` = C*kh*kw rows (per group) against ``channels`` output channels (per
+    group) are taken along the padded rows: stride 1, and patches at least twice the output's rows."""
+    return stride == (1, 1) and ROWS and depth >= 2 * channels
+
+
+ROWS = True       # (tests turn the row layout off to compare both)
+
+
+def _finite(a) -> bool:
+    # One sum stands in for all(isfinite): an inf or nan makes it so, and an overflow only costs the fast path.
+    return bool(np.isfinite(np.add.reduce(a, axis=None)))
+
+
+def _dense(w):
+    # numpy multiplies an operand with a step of 0 (a broadcast weight) in its own loop, not BLAS's, which
+    # adds in another order (see matmul_kernel): the weight, small, is copied instead.
+    return np.ascontiguousarray(w) if 0 in w.strides and w.size > 1 else w
+
+
+def _padded(x, padding, slack=None):
+    """``x`` with zero borders; flattened per channel when ``slack`` (zeros after the last row) is given."""
     top, bottom, left, right = padding
-    if not (top or bottom or left or right):
-        return x
     n, c, h, w = x.shape
-    xp = np.zeros((n, c, h + top + bottom, w + left + right), x.dtype)
-    xp[:, :, top:top + h, left:left + w] = x
-    return xp
+    if not (top or bottom or left or right) and not slack:
+        return x if slack is None else x.reshape(n, c, h * w)
+    hp, wp = h + top + bottom, w + left + right
+    flat = np.zeros((n, c, hp * wp + (slack or 0)), x.dtype)
+    flat[:, :, :hp * wp].reshape(n, c, hp, wp)[:, :, top:top + h, left:left + w] = x
+    return flat if slack is not None else flat.reshape(n, c, hp, wp)
 
 
-def patches(x, kernel, stride, padding, dilation, batch_first=True):
-    """The patches of ``x`` as a fresh C-ordered array: (N, C, kh, kw, OH, OW), or (C, kh, kw, N, OH, OW)
-    with ``batch_first=False``. One copy from a strided view of the padded input."""
-    xp = _padded(x, padding)
-    (kh, kw), (oh, ow) = kernel, out_hw(x.shape, kernel, stride, padding, dilation)
-    n, c = x.shape[:2]
-    sn, sc, sh, sw = xp.strides
-    view = as_strided(xp, (n, c, kh, kw, oh, ow),
-                      (sn, sc, dilation[0] * sh, dilation[1] * sw, stride[0] * sh, stride[1] * sw), writeable=False)
+def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False):
+    """The patches of ``x`` as a fresh C-ordered array, (N, C, kh, kw, OH, R) or with ``batch_first=False``
+    (C, kh, kw, N, OH, R): R is OW, or with ``rows`` (stride 1) the padded width Wp. One copy from a strided
+    view of the padded input."""
+    (kh, kw), (dh, dw) = kernel, dilation
+    (oh, ow), (n, c, _, w) = out_hw(x.shape, kernel, stride, padding, dilation), x.shape
+    if rows:
+        wp = w + padding[2] + padding[3]
+        flat = _padded(x, padding, slack=(kw - 1) * dw)
+        sn, sc, se = flat.strides
+        view = as_strided(flat, (n, c, kh, kw, oh, wp), (sn, sc, dh * wp * se, dw * se, wp * se, se),
+                          writeable=False)
+    else:
+        xp = _padded(x, padding)
+        sn, sc, sh, sw = xp.strides
+        view = as_strided(xp, (n, c, kh, kw, oh, ow), (sn, sc, dh * sh, dw * sw, stride[0] * sh, stride[1] * sw),
+                          writeable=False)
     if not batch_first:
         view = view.transpose(1, 2, 3, 0, 4, 5)
     cols = np.empty(view.shape, x.dtype)
@@ -61,26 +100,41 @@ def patches(x, kernel, stride, padding, dilation, batch_first=True):
     return cols
 
 
+def _widened(a, width, order=(0, 1, 2, 3)):
+    """``a`` (N, C, H, W) with axes in ``order``, C-ordered, its rows widened to ``width`` by zero columns."""
+    if width == a.shape[3]:
+        return np.ascontiguousarray(a.transpose(order))
+    wide = np.zeros(tuple(a.shape[k] for k in order[:3]) + (width,), a.dtype)
+    wide[..., :a.shape[3]] = a.transpose(order)
+    return wide
+
+
 def scatter(cols, size, stride, padding, dilation, out=None):
-    """The adjoint of :func:`patches`: each patch element added back where it came from (a strided add per
-    kernel offset), into an (N, C) + ``size`` result. ``cols`` is (N, C, kh, kw, OH, OW)."""
-    n, c, kh, kw, oh, ow = cols.shape
+    """The adjoint of :func:`patches`: each patch element added back where it came from (an add per kernel
+    offset), into an (N, C) + ``size`` result. ``cols`` is (N, C, kh, kw, OH, R): with R the padded width
+    (stride 1), each offset's add is one run per channel over the flattened padded image."""
+    n, c, kh, kw, oh, r = cols.shape
     top, bottom, left, right = padding
-    (sh, sw), (dh, dw) = stride, dilation
-    h, w = size
-    bare = not (top or bottom or left or right)
+    (sh, sw), (dh, dw), (h, w) = stride, dilation, size
+    hp, wp = h + top + bottom, w + left + right
+    rows = r == wp and stride == (1, 1)
+    bare = not (top or bottom or left or right or rows)
     if bare and out is not None:
         full = out          # (no border to crop: the adds go straight into the plan's buffer)
         full.fill(0)
     else:
-        full = np.zeros((n, c, h + top + bottom, w + left + right), cols.dtype)
+        full = np.zeros((n, c, hp * wp + (kw - 1) * dw) if rows else (n, c, hp, wp), cols.dtype)
     for i in range(kh):
         for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            full[:, :, rows, j * dw:j * dw + sw * (ow - 1) + 1:sw] += cols[:, :, i, j]
+            if rows:
+                start = i * dh * wp + j * dw
+                full[:, :, start:start + oh * wp] += cols[:, :, i, j].reshape(n, c, oh * wp)
+            else:
+                at = (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (r - 1) + 1, sw))
+                full[:, :, at[0], at[1]] += cols[:, :, i, j]
     if bare:
         return full
-    inner = full[:, :, top:top + h, left:left + w]
+    inner = (full[:, :, :hp * wp].reshape(n, c, hp, wp) if rows else full)[:, :, top:top + h, left:left + w]
     if out is None:
         return np.ascontiguousarray(inner)
     np.copyto(out, inner)
@@ -88,18 +142,30 @@ def scatter(cols, size, stride, padding, dilation, out=None):
 
 
 def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None):
+    w = _dense(w)
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw(x.shape, (kh, kw), stride, padding, dilation)
-    cols = patches(x, (kh, kw), stride, padding, dilation).reshape(n, groups, cg * kh * kw, oh * ow)
-    target = None if out is None else out.reshape(n, groups, o // groups, oh * ow)
-    y = np.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols, out=target)
-    return y.reshape(n, o, oh, ow) if out is None else out
+    rows = _by_rows(stride, cg * kh * kw, o // groups)
+    cols = patches(x, (kh, kw), stride, padding, dilation, rows=rows)
+    r = cols.shape[-1]
+    target = None if out is None or rows else out.reshape(n, groups, o // groups, oh * ow)
+    y = np.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols.reshape(n, groups, cg * kh * kw, oh * r),
+                  out=target)
+    if not rows:
+        return y.reshape(n, o, oh, ow) if out is None else out
+    y = y.reshape(n, o, oh, r)[..., :ow]        # (the extra columns dropped)
+    if out is None:
+        return np.ascontiguousarray(y)
+    np.copyto(out, y)
+    return out
 
 
 def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None):
+    w = _dense(w)
     n, ci, h, wd = x.shape
     _, cog, kh, kw = w.shape
+    (top, bottom, left, right) = padding
     if like:
         size = like[0].shape[-2:]
         low = [transposed_length(s, k, st, p0, p1, d, 0) for s, k, st, p0, p1, d in
@@ -109,10 +175,12 @@ def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, outp
     else:
         size = tuple(transposed_length(s, k, st, p0, p1, d, e) for s, k, st, p0, p1, d, e in
                      zip((h, wd), (kh, kw), stride, padding[::2], padding[1::2], dilation, output_padding))
-    # Each input pixel times the weights of its group: (N, G, out/G*kh*kw, H*W), then added back.
+    # Each input pixel times the weights of its group: (N, G, out/G*kh*kw, H*R), then added back. Along
+    # the rows (stride 1), x's rows are widened to the padded width by zero columns.
+    r = size[1] + left + right if stride == (1, 1) and ROWS and _finite(w) else wd
     wg = w.reshape(groups, ci // groups, cog * kh * kw).transpose(0, 2, 1)
-    cols = np.matmul(wg, x.reshape(n, groups, ci // groups, h * wd))
-    return scatter(cols.reshape(n, groups * cog, kh, kw, h, wd), size, stride, padding, dilation, out)
+    cols = np.matmul(wg, _widened(x, r).reshape(n, groups, ci // groups, h * r))
+    return scatter(cols.reshape(n, groups * cog, kh, kw, h, r), size, stride, padding, dilation, out)
 
 
 def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel, out=None):
@@ -123,10 +191,13 @@ def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel,
     oh, ow = g.shape[2:]
     if out_hw(x.shape, (kh, kw), stride, padding, dilation) != (oh, ow):
         raise ValueError(f"conv2d_weight: an output gradient of shape {g.shape} does not fit the input {x.shape}")
-    cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=False)
-    cols = cols.reshape(groups, c // groups * kh * kw, n * oh * ow)
-    # g as (G, O/G, N*OH*OW): one product per group sums over the batch and the pixels.
-    gt = np.ascontiguousarray(g.reshape(n, groups, o // groups, oh * ow).transpose(1, 2, 0, 3))
-    target = None if out is None else out.reshape(groups, o // groups, c // groups * kh * kw)
-    dw = np.matmul(gt.reshape(groups, o // groups, n * oh * ow), cols.transpose(0, 2, 1), out=target)
-    return dw.reshape(o, c // groups, kh, kw) if out is None else out
+    cg, og = c // groups, o // groups
+    rows = _by_rows(stride, cg * kh * kw, og) and _finite(x)
+    cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=False, rows=rows)
+    r = cols.shape[-1]
+    # g as (G, O/G, N*OH*R): one product per group sums over the batch and the pixels (R > OW: g's zero
+    # columns meet the patches' extra ones).
+    gt = _widened(g, r, (1, 0, 2, 3)).reshape(groups, og, n * oh * r)
+    target = None if out is None else out.reshape(groups, og, cg * kh * kw)
+    dw = np.matmul(gt, cols.reshape(groups, cg * kh * kw, n * oh * r).transpose(0, 2, 1), out=target)
+    return dw.reshape(o, cg, kh, kw) if out is None else out

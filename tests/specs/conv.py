@@ -9,6 +9,8 @@ are (one conv2d per element of the input or weight, dotted with the given gradie
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 import staticgrad as sg
@@ -98,7 +100,11 @@ def _conv2d_build(kw):
 
 
 def _conv2d_torch(kw):
-    return lambda T, x, w: T.nn.functional.conv2d(x, w, **kw)
+    def run(T, x, w):
+        with warnings.catch_warnings():     # (torch's note that an even "same" kernel copies the input)
+            warnings.simplefilter("ignore", UserWarning)
+            return T.nn.functional.conv2d(x, w, **kw)
+    return run
 
 
 # (padding="same" needs the kernel's size when it is built: not from a weight of unknown shape)
