@@ -11,9 +11,8 @@ import math
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
 from .registry import VIEW, apply, check_arity, coerce, defop
-from .shape import at_user_line
 
 MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 _TORCH_MODES = {"constant": "constant", "edge": "replicate", "reflect": "reflect", "wrap": "circular"}
@@ -228,19 +227,27 @@ _PAD_GRAD = defop("pad_grad", _pad_grad_kernel, _pad_grad_spec, _pad_grad_vjp, V
                       "the VJP of pad")
 
 
+def _attrs_at_line(op, ndim, pad_width, mode, constant_values):
+    """pad_attrs; its errors (numpy's are ValueErrors and TypeErrors) name the op and the user's line."""
+    try:
+        return pad_attrs(ndim, pad_width, mode, constant_values)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{op}: {err} (at {user_frame()})") from None
+
+
 @_PAD.publish
 def pad(x: TensorLike, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
     """numpy.pad of ``x`` in mode "constant" (``constant_values``: a number, a (before, after) pair, or a pair
     per axis), "edge", "reflect", "symmetric" or "wrap". ``pad_width``: an int, a (before, after) pair for
     every axis, or a pair per axis."""
     (x,) = coerce(x)
-    return apply("pad", (x,), at_user_line("pad", pad_attrs, x.ndim, pad_width, mode, constant_values))
+    return apply("pad", (x,), _attrs_at_line("pad", x.ndim, pad_width, mode, constant_values))
 
 
 @_PAD_GRAD.publish
 def pad_grad(g: TensorLike, pad_width, mode: str = "constant") -> Tensor:
     """The gradient of pad(x, pad_width, mode) for the gradient ``g`` of its result."""
     (g,) = coerce(g)
-    attrs = at_user_line("pad_grad", pad_attrs, g.ndim, pad_width, mode, 0)
+    attrs = _attrs_at_line("pad_grad", g.ndim, pad_width, mode, 0)
     del attrs["constant_values"]
     return apply("pad_grad", (g,), attrs)

@@ -140,7 +140,7 @@ def _cropped(full, inner):
     return full if full[inner].shape == full.shape else np.ascontiguousarray(full[inner])
 
 
-def _first_inside(hw, attrs, out):
+def _first_inside(attrs, out):
     """Per window, the offset of its first element inside the input (None when every window starts inside)."""
     if attrs["padding"] == (0, 0):
         return None
@@ -152,26 +152,54 @@ def _first_inside(hw, attrs, out):
     return first[0][:, None] * attrs["kernel_size"][1] + first[1][None, :]
 
 
-def _choice(x, attrs):
-    """(per window the offset torch picks, the layout): the first maximum, else the last NaN."""
-    out, padded, views, inner = _layout(x.shape[-2:], attrs)
-    xp = _padded(x, -np.inf, padded, inner)
-    first = _first_inside(x.shape[-2:], attrs, out)
+def _picks_in_order(xp, views, first, shape):
+    """Per window the offset torch's loop picks, by that loop over the offsets: a later element replaces
+    the best so far when greater or NaN. Masked numpy calls on strided views are slow: only for the windows
+    the equality test cannot settle (a NaN in them, or all -inf with padding)."""
     kind = np.min_scalar_type(len(views))
     if first is None:
-        best, pick, start = np.array(xp[views[0]]), np.zeros(x.shape[:-2] + out, kind), 1
+        best, pick, start = np.array(xp[views[0]]), np.zeros(shape, kind), 1
     else:
-        best, start = np.full(x.shape[:-2] + out, -np.inf, x.dtype), 0
-        pick = np.array(np.broadcast_to(first.astype(kind), best.shape))
-    nan = not math.isfinite(np.add.reduce(x, axis=None))     # (an infinite sum only takes the slower path)
+        best, start = np.full(shape, -np.inf, xp.dtype), 0
+        pick = np.array(np.broadcast_to(first.astype(kind), shape))
     for k in range(start, len(views)):
         v = xp[views[k]]
         take = np.greater(v, best)
-        if nan:
-            take |= np.isnan(v)
+        take |= np.isnan(v)
         np.copyto(best, v, where=take)
         np.copyto(pick, k, where=take)
-    return pick, (out, padded, views, inner)
+    return [pick == k for k in range(len(views))]
+
+
+def _hits(x, attrs):
+    """(per window offset, a mask of the windows that pick it: one offset per window; the layout)."""
+    layout = _layout(x.shape[-2:], attrs)
+    out, padded, views, inner = layout
+    xp = _padded(x, -np.inf, padded, inner)
+    best = np.array(xp[views[0]])
+    for view in views[1:]:
+        np.maximum(best, xp[view], out=best)
+    total = np.add.reduce(best, axis=None)       # (NaN if a window has a NaN, or holds inf and another -inf)
+    if math.isnan(total) or (attrs["padding"] != (0, 0) and total == -np.inf):
+        first = _first_inside(attrs, out)
+        return _picks_in_order(xp, views, first, best.shape), layout
+    # the first element equal to its window's maximum
+    hits, taken = [], None
+    for view in views:
+        hit = np.equal(xp[view], best)
+        if taken is None:
+            taken = hit.copy()
+        else:
+            hit &= ~taken
+            taken |= hit
+        hits.append(hit)
+    return hits, layout
+
+
+def _masked(values, finite, hit):
+    """``values`` where ``hit``, else 0: a product where the values are ``finite`` (masked numpy calls are slow
+    on strided views), else a selection (inf * 0 would be NaN)."""
+    return values * hit if finite else np.where(hit, values, values.dtype.type(0))
 
 
 # ------------------------------------------------------------------ kernels
@@ -185,20 +213,27 @@ def _max_pool_kernel(x, **attrs):
 
 
 def _max_pool_grad_kernel(x, g, **attrs):
-    pick, (_, padded, views, inner) = _choice(x, attrs)
-    full = np.zeros(x.shape[:-2] + padded, np.result_type(x.dtype, g.dtype))
-    for k, view in enumerate(views):
+    hits, (_, padded, views, inner) = _hits(x, attrs)
+    g = g.astype(np.result_type(x.dtype, g.dtype), copy=False)
+    full = np.zeros(x.shape[:-2] + padded, g.dtype)
+    finite = math.isfinite(np.add.reduce(g, axis=None))
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(attrs["kernel_size"], attrs["stride"], attrs["dilation"]))
+    for view, hit in zip(views, hits):
         target = full[view]
-        np.add(target, g, out=target, where=pick == k)     # (adding: overlapping windows may pick one element)
+        if disjoint and finite:
+            np.multiply(g, hit, out=target)     # (each element in one window at most: nothing to add to)
+        else:
+            target += _masked(g, finite, hit)
     return _cropped(full, inner)
 
 
 def _max_pool_gather_kernel(x, h, **attrs):
-    pick, (_, padded, views, inner) = _choice(x, attrs)
+    hits, (_, padded, views, inner) = _hits(x, attrs)
     hp = _padded(h, 0, padded, inner)
-    out = np.zeros(pick.shape, h.dtype)
-    for k, view in enumerate(views):
-        np.copyto(out, hp[view], where=pick == k)
+    finite = math.isfinite(np.add.reduce(h, axis=None))
+    out = np.zeros(hits[0].shape, h.dtype)
+    for view, hit in zip(views, hits):
+        out += _masked(hp[view], finite, hit)
     return out
 
 
