@@ -176,9 +176,7 @@ def _hits(x, attrs):
     layout = _layout(x.shape[-2:], attrs)
     out, padded, views, inner = layout
     xp = _padded(x, -np.inf, padded, inner)
-    best = np.array(xp[views[0]])
-    for view in views[1:]:
-        np.maximum(best, xp[view], out=best)
+    best = _window_max(xp, views)
     total = np.add.reduce(best, axis=None)       # (NaN if a window has a NaN, or holds inf and another -inf)
     if math.isnan(total) or (attrs["padding"] != (0, 0) and total == -np.inf):
         first = _first_inside(attrs, out)
@@ -203,13 +201,16 @@ def _masked(values, finite, hit):
 
 
 # ------------------------------------------------------------------ kernels
-def _max_pool_kernel(x, **attrs):
-    out, padded, views, inner = _layout(x.shape[-2:], attrs)
-    xp = _padded(x, -np.inf, padded, inner)
+def _window_max(xp, views):
     result = np.array(xp[views[0]])
     for view in views[1:]:
         np.maximum(result, xp[view], out=result)     # (NaN propagates: torch's maximum is NaN too)
     return result
+
+
+def _max_pool_kernel(x, **attrs):
+    _, padded, views, inner = _layout(x.shape[-2:], attrs)
+    return _window_max(_padded(x, -np.inf, padded, inner), views)
 
 
 def _max_pool_grad_kernel(x, g, **attrs):
@@ -303,6 +304,8 @@ def _avg_grad_spec(inputs, **attrs):
     check_arity(inputs, 2)
     g, x = inputs
     _scatter_spec((x, g), **attrs)
+    if g.dtype.kind != "f":
+        raise TypeError(f"expected a real float gradient, got dtype {g.dtype}")
     return x.shape, g.dtype
 
 
