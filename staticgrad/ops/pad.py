@@ -109,13 +109,13 @@ def _pad_grad_kernel(g, pad_width, mode):
 
 
 # ------------------------------------------------------------------ shape rules and gradients
-def _pad_spec(inputs, **attrs):
+def _pad_spec(inputs, pad_width, mode, constant_values):
     check_arity(inputs, 1)
     (x,) = inputs
-    _check_widths(x.ndim, attrs["pad_width"], attrs["mode"])
-    _check_constants(x.ndim, attrs["mode"], attrs["constant_values"])
-    _check_extends(x.shape, attrs["pad_width"], attrs["mode"])
-    return tuple(None if n is None else n + b + a for n, (b, a) in zip(x.shape, attrs["pad_width"])), x.dtype
+    _check_widths(x.ndim, pad_width, mode)
+    _check_constants(x.ndim, mode, constant_values)
+    _check_extends(x.shape, pad_width, mode)
+    return tuple(None if n is None else n + b + a for n, (b, a) in zip(x.shape, pad_width)), x.dtype
 
 
 def _pad_grad_spec(inputs, pad_width, mode):

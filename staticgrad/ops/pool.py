@@ -90,8 +90,11 @@ def _pooled(shape, kernel_size, stride, padding, ceil_mode, dilation=(1, 1), **_
     return tuple(_out_size(shape[a], kernel_size[a], stride[a], padding[a], dilation[a], ceil_mode) for a in (0, 1))
 
 
-def _pooled_shape(x, attrs):
-    """The output shape for input ``x`` (a tensor), after every check of the input and the attributes."""
+def _pooled_shape(x, attrs, keys):
+    """The output shape for input ``x`` (a tensor), after every check of the input and of the attributes,
+    which must be ``keys``."""
+    if set(attrs) != set(keys):
+        raise TypeError(f"takes the attributes {', '.join(keys)}, got {', '.join(map(str, attrs))}")
     _check_attrs(**attrs)
     if x.ndim not in (3, 4):
         raise ShapeError(f"expected a (N, C, H, W) or (C, H, W) input, got shape {format_shape(x.shape)}")
@@ -273,27 +276,33 @@ def _avg_pool_grad_kernel(g, x, **attrs):
 
 
 # ------------------------------------------------------------------ shape rules and gradients
-def _pool_spec(inputs, **attrs):
-    check_arity(inputs, 1)
-    return _pooled_shape(inputs[0], attrs), inputs[0].dtype
+def _pool_spec(keys):
+    def infer(inputs, **attrs):
+        check_arity(inputs, 1)
+        return _pooled_shape(inputs[0], attrs, keys), inputs[0].dtype
+    return infer
 
 
-def _scatter_spec(inputs, **attrs):
-    """max_pool2d_grad(x, g): g of the pooled shape; the result of x's."""
-    check_arity(inputs, 2)
-    x, g = inputs
-    pooled = _pooled_shape(x, attrs)
+def _scattered(x, g, attrs, keys):
+    """The result's shape and dtype for a gradient ``g`` of the pooled shape: the input ``x``'s shape."""
+    pooled = _pooled_shape(x, attrs, keys)
     if not _fits(g.shape, pooled):
         raise ShapeError(f"a gradient of shape {format_shape(g.shape)} for an input of shape "
                          f"{format_shape(x.shape)} pooled to {format_shape(pooled)}")
     return x.shape, np.result_type(x.dtype, g.dtype)
 
 
+def _scatter_spec(inputs, **attrs):
+    """max_pool2d_grad(x, g)."""
+    check_arity(inputs, 2)
+    return _scattered(*inputs, attrs, MAX_ATTRS)
+
+
 def _gather_spec(inputs, **attrs):
     """max_pool2d_gather(x, h): h of x's shape; the result pooled."""
     check_arity(inputs, 2)
     x, h = inputs
-    pooled = _pooled_shape(x, attrs)
+    pooled = _pooled_shape(x, attrs, MAX_ATTRS)
     if not _fits(h.shape, x.shape):
         raise ShapeError(f"h of shape {format_shape(h.shape)} must have x's shape {format_shape(x.shape)}")
     return pooled, h.dtype
@@ -303,7 +312,7 @@ def _avg_grad_spec(inputs, **attrs):
     """avg_pool2d_grad(g, x): x read for its shape only."""
     check_arity(inputs, 2)
     g, x = inputs
-    _scatter_spec((x, g), **attrs)
+    _scattered(x, g, attrs, AVG_ATTRS)
     if g.dtype.kind != "f":
         raise TypeError(f"expected a real float gradient, got dtype {g.dtype}")
     return x.shape, g.dtype
@@ -374,7 +383,7 @@ def _torch_avg_pool_grad(T, **attrs):
 
 _NO_SCALAR_MAX = "no scalar form yet: Python's max does not pick NaN as torch's kernel does"
 _NO_SCALAR_AVG = "no scalar form yet: pooling is for images, far larger than the scalar path's plans"
-_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec, _max_pool_vjp, flops=_window_flops(None),
+_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec(MAX_ATTRS), _max_pool_vjp, flops=_window_flops(None),
                   torch=_torch_max_pool, unsupported={"scalar": _NO_SCALAR_MAX})
 _MAX_POOL_GRAD = defop("max_pool2d_grad", _max_pool_grad_kernel, _scatter_spec, _max_pool_grad_vjp,
                        flops=_window_flops(1), torch=_torch_max_pool_grad, public=False,
@@ -384,7 +393,7 @@ _MAX_POOL_GATHER = defop("max_pool2d_gather", _max_pool_gather_kernel, _gather_s
                          flops=_window_flops(None), torch=_torch_max_pool_gather, public=False,
                          unsupported={"scalar": _NO_SCALAR_MAX},
                          doc="per window, h at the element max_pool2d picks in x: the VJP of max_pool2d_grad")
-_AVG_POOL = defop("avg_pool2d", _avg_pool_kernel, _pool_spec, _avg_pool_vjp, flops=_window_flops(None),
+_AVG_POOL = defop("avg_pool2d", _avg_pool_kernel, _pool_spec(AVG_ATTRS), _avg_pool_vjp, flops=_window_flops(None),
                   torch=_torch_avg_pool, unsupported={"scalar": _NO_SCALAR_AVG})
 _AVG_POOL_GRAD = defop("avg_pool2d_grad", _avg_pool_grad_kernel, _avg_grad_spec, _avg_pool_grad_vjp, SHAPE_REF,
                        flops=_window_flops(0), torch=_torch_avg_pool_grad, public=False,
