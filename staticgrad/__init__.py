@@ -7,6 +7,7 @@ Layers: a module imports only from its own layer or the layers listed above it (
 checks this against every import in the package, and that no imports go round in a circle).
 
     tensor                                   the node type; errors; name scopes
+    effects                                  state a graph updates by itself (batch norm, random)
     ops                                      the op registry: every fact about each op
     graph                                    walks and the compiler's IR
     rewrite stable                           the rule engine; numerically stable forms

@@ -5,6 +5,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from . import effects
 from . import passes as passes_mod
 from .eager import is_eager
 from .function import Function
@@ -57,6 +58,22 @@ def update_refusal(param, expr):
     return None
 
 
+def _implicit_updates(found, pairs, source):
+    """The updates the graph's tensors carry (a batch norm's running statistics, a random key's position),
+    checked as the user's are; a parameter the user updates too is refused: which one should win?"""
+    explicit = {p.id for p, _ in pairs}
+    out = []
+    for param, expr, what in effects.implicit_updates(found):
+        if param.id in explicit:
+            raise ValueError(f"compile: parameter {param.label()!r} is in updates, and the graph updates it "
+                             f"by itself ({what}) (at {source})")
+        refusal = update_refusal(param, expr)
+        if refusal is not None:
+            raise type(refusal)(f"compile: {what} of {param.label()!r} {refusal} (at {source})")
+        out.append((param, expr))
+    return out
+
+
 def _placeholders(found):
     return sorted((t for t in found.values() if t.op == "placeholder"), key=lambda t: t.id)
 
@@ -96,6 +113,10 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
                          f"them (at {source})")
     pairs = _normalize_updates(updates, source)
     found = ancestors(outs + [e for _, e in pairs])
+    implicit = _implicit_updates(found, pairs, source)
+    if implicit:
+        pairs += implicit
+        found = ancestors(outs + [e for _, e in pairs])
     needed = _placeholders(found)
     positional = inputs is not None
     if inputs is None:

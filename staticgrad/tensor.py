@@ -80,6 +80,7 @@ class Context(threading.local):
         self.rule = None         # the op name of that VJP rule
         self.forward_source = None   # the user's line of that forward tensor
         self.source = None       # the user's line, when already known (sg.grad's): no stack walk per tensor
+        self.tracing = 0         # how many loop bodies are being traced (loops.body.trace)
 
 
 CONTEXT = Context()
@@ -236,15 +237,15 @@ class Tensor:
         return np.array(arr, dtype=self.dtype, copy=True)
 
     def parameters(self) -> list:
-        """The parameters this tensor depends on, in the order they were made (``loss.parameters()`` is
-        what an optimizer of that loss trains)."""
+        """The trainable parameters this tensor depends on, in the order they were made (``loss.parameters()``
+        is what an optimizer of that loss trains; state made with ``requires_grad=False`` is left out)."""
         seen, found, stack = set(), [], [self]
         while stack:                    # iterative: a chain of a million ops must not recurse
             t = stack.pop()
             if t.id in seen:
                 continue
             seen.add(t.id)
-            if t.op == "parameter":
+            if t.op == "parameter" and t._requires_grad:
                 found.append(t)
             stack.extend(t.inputs)
         return sorted(found, key=lambda p: p.id)
@@ -298,8 +299,11 @@ def placeholder(shape: Sequence[int | None], dtype: npt.DTypeLike = "float64", n
     return Tensor("placeholder", shape=shape, dtype=dtype, name=name, requires_grad=requires_grad)
 
 
-def parameter(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike = None) -> Tensor:
-    """A trainable leaf: its value persists across calls and it requires grad."""
+def parameter(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike = None,
+              requires_grad: bool = True) -> Tensor:
+    """A trainable leaf: its value persists across calls and it requires grad. ``requires_grad=False``
+    makes state that is not trained but may be updated (a batch norm's running mean, a random key):
+    ``loss.parameters()`` and ``Module.parameters()`` leave it out, checkpoints keep it."""
     arr = np.array(value, dtype=dtype, copy=True)
     if arr.dtype.kind in "biu":
         arr = arr.astype(np.float64)
@@ -307,7 +311,8 @@ def parameter(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLik
         # (complex too: the VJP rules are written for real values, they do not conjugate)
         raise TypeError(f"parameter {name!r}: expected a real floating value, got dtype {arr.dtype} "
                         f"(at {user_frame()})")
-    return Tensor("parameter", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=True, value=arr)
+    return Tensor("parameter", shape=arr.shape, dtype=arr.dtype, name=name, requires_grad=bool(requires_grad),
+                  value=arr)
 
 
 def constant(value: npt.ArrayLike, name: str | None = None, dtype: npt.DTypeLike = None) -> Tensor:

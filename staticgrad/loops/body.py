@@ -68,7 +68,11 @@ def trace(call, args, name="body"):
     inside that depends on no argument (computed once, outside the loop). Constants stay inside.
     """
     start = min([a.id for a in args], default=next(_ids))
-    outputs = call()
+    CONTEXT.tracing += 1
+    try:
+        outputs = call()
+    finally:
+        CONTEXT.tracing -= 1
     inside, captured = _split(outputs, args, start)
     caps = [arg_placeholder(x.shape, x.dtype, x.name or f"{x.op}_{x.id}") for x in captured]
     mapping = {x.id: c for x, c in zip(captured, caps)}

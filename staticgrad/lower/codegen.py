@@ -294,6 +294,9 @@ class Writer:
             out = ns.bind("r", memory.fixed_out[i])
         attrs = [(key, value, None) if _is_literal(value) else (key, None, ns.bind("a", value))
                  for key, value in node.attrs.items()]
+        if memory is not None and i in memory.scratch:
+            arrays = tuple(ns.namespace[self.slots[k]] for k in memory.scratch[i])
+            attrs.append(("scratch", None, ns.bind("s", arrays)))
         kernel = kernel_for(self.nodes, node, memory)
         kernel_name = ns.bind(f"{own.name}_", own) if own is not None else ns.kernel(node.op, kernel)
         # positional out: ~10% cheaper per call on tiny arrays

@@ -32,6 +32,7 @@ class MemoryPlan:
         self.fixed_out = {}       # node id -> the buffer its kernel writes into (batched rows)
         self.handoff = {}         # update index -> slot whose buffer becomes the parameter's new value
         self.workspace_bytes = 0  # allocated once per plan and kept: the slots and the stacked buffers
+        self.scratch = {}         # node id -> slot indices of the temporaries its kernel needs (OpDef.scratch)
 
     def key(self, node_id):
         return self.slots[self.slot[node_id]]
@@ -106,6 +107,7 @@ class _Planner:
             if self.base.get(b) == b:
                 self.dying_at.setdefault(step, []).append(b)
         self.live_fresh, self.workspace, self.sizes = 0, held, {}
+        self.scratched = set()             # slots some node used for its kernel's temporaries
         plan.peak_unplanned = plan.peak_planned = held
 
     def _lifetimes(self, graph, order):
@@ -155,6 +157,7 @@ class _Planner:
         """Give ``node`` a slot (or none), and free its dying operands' slots; returns the slot handed over
         to a parameter, if any."""
         plan = self.plan
+        scratch = self._scratch(i, node)
         key = (tuple(self.shapes[i]), node.dtype.str)     # dtype.str: hashing dtype objects is slow
         elementwise, out = single_pass(node), is_a(node, OUT)
         # numpy lays a fresh elementwise result out like its operands (order "K"); an out= buffer is
@@ -169,7 +172,9 @@ class _Planner:
             # A new parameter value written over a dying operand of its own shape: that buffer is still
             # in cache, and after the call it belongs to the parameter (Function puts the old parameter
             # array into the slot instead). Escaping, the slot is not freed again.
-            taken = next((plan.slot[b] for b in dying if plan.key(b) == key), None)
+            # (never a slot that was some step's scratch: the generated code holds those arrays by value)
+            taken = next((plan.slot[b] for b in dying if plan.key(b) == key and plan.slot[b] not in self.scratched),
+                         None)
         if taken is not None:
             plan.slot[i] = taken
             plan.handoff[self.handing[i]] = taken
@@ -188,6 +193,28 @@ class _Planner:
             for b in dying:
                 if plan.slot[b] != taken:
                     self.release(plan.slot[b])
+        for k in scratch:        # (taken before the operands were freed: a temporary never aliases one)
+            self.release(k)
+        return taken
+
+    def _scratch(self, i, node):
+        """Slots for the temporaries ``node``'s kernel asks for, live during its step only."""
+        opdef = REGISTRY[node.op]
+        needs = opdef.scratch(node, self.shapes) if self.enable and opdef.scratch is not None else None
+        if not needs:
+            return []
+        taken = []
+        for shape, dtype in needs:
+            key = (tuple(shape), np.dtype(dtype).str)
+            if self.free.get(key):
+                taken.append(self.free[key].pop())
+            else:
+                taken.append(len(self.plan.slots))
+                self.plan.slots.append(key)
+                self.workspace += nbytes(shape, dtype)
+        self.plan.scratch[i] = taken
+        self.scratched.update(taken)
+        self.plan.peak_planned = max(self.plan.peak_planned, self.workspace + self.live_fresh)
         return taken
 
 

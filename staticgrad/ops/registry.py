@@ -81,6 +81,10 @@ class OpDef:
       says for pictures and traces which input feeds which body input (a carry's start, a slice per
       step, a value read every step), which body outputs come back as carries, which become which of
       the node's values, and a title ("50 steps, reverse"): see ``staticgrad.explain.loopinfo``.
+    - ``scratch(node, shapes)``: the temporary arrays its kernel needs besides its result, as a list of
+      (shape, dtype) (a convolution's unfolded input), or None. A memory plan hands it buffers for them,
+      reused call after call and by later steps, as ``scratch=(array, ...)``; without a plan the kernel
+      is called without ``scratch`` and allocates its own.
     - ``takes_needs``: the VJP rule takes ``needs=`` (which inputs need a gradient), to build no more.
     - ``batch(attrs, shapes, stacked)``: the op over a stack of its inputs, as a loop pass hoisting it out
       of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading
@@ -90,7 +94,7 @@ class OpDef:
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
-                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch")
+                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch", "scratch")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -104,6 +108,7 @@ class OpDef:
         self.unsupported = {}
         self.public = True
         self.bodies, self.lowering, self.takes_needs, self.batch = (), None, False, None
+        self.scratch = None
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)
