@@ -11,9 +11,8 @@ import math
 
 import numpy as np
 
-from ..tensor import ShapeError, Tensor, TensorLike, format_shape
+from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
 from .registry import VIEW, apply, check_arity, coerce, defop
-from .shape import at_user_line
 
 MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
 _TORCH_MODES = {"constant": "constant", "edge": "replicate", "reflect": "reflect", "wrap": "circular"}
@@ -110,13 +109,13 @@ def _pad_grad_kernel(g, pad_width, mode):
 
 
 # ------------------------------------------------------------------ shape rules and gradients
-def _pad_spec(inputs, **attrs):
+def _pad_spec(inputs, pad_width, mode, constant_values):
     check_arity(inputs, 1)
     (x,) = inputs
-    _check_widths(x.ndim, attrs["pad_width"], attrs["mode"])
-    _check_constants(x.ndim, attrs["mode"], attrs["constant_values"])
-    _check_extends(x.shape, attrs["pad_width"], attrs["mode"])
-    return tuple(None if n is None else n + b + a for n, (b, a) in zip(x.shape, attrs["pad_width"])), x.dtype
+    _check_widths(x.ndim, pad_width, mode)
+    _check_constants(x.ndim, mode, constant_values)
+    _check_extends(x.shape, pad_width, mode)
+    return tuple(None if n is None else n + b + a for n, (b, a) in zip(x.shape, pad_width)), x.dtype
 
 
 def _pad_grad_spec(inputs, pad_width, mode):
@@ -228,19 +227,27 @@ _PAD_GRAD = defop("pad_grad", _pad_grad_kernel, _pad_grad_spec, _pad_grad_vjp, V
                       "the VJP of pad")
 
 
+def _attrs_at_line(op, ndim, pad_width, mode, constant_values):
+    """pad_attrs; its errors (numpy's are ValueErrors and TypeErrors) name the op and the user's line."""
+    try:
+        return pad_attrs(ndim, pad_width, mode, constant_values)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{op}: {err} (at {user_frame()})") from None
+
+
 @_PAD.publish
 def pad(x: TensorLike, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
     """numpy.pad of ``x`` in mode "constant" (``constant_values``: a number, a (before, after) pair, or a pair
     per axis), "edge", "reflect", "symmetric" or "wrap". ``pad_width``: an int, a (before, after) pair for
     every axis, or a pair per axis."""
     (x,) = coerce(x)
-    return apply("pad", (x,), at_user_line("pad", pad_attrs, x.ndim, pad_width, mode, constant_values))
+    return apply("pad", (x,), _attrs_at_line("pad", x.ndim, pad_width, mode, constant_values))
 
 
 @_PAD_GRAD.publish
 def pad_grad(g: TensorLike, pad_width, mode: str = "constant") -> Tensor:
     """The gradient of pad(x, pad_width, mode) for the gradient ``g`` of its result."""
     (g,) = coerce(g)
-    attrs = at_user_line("pad_grad", pad_attrs, g.ndim, pad_width, mode, 0)
+    attrs = _attrs_at_line("pad_grad", g.ndim, pad_width, mode, 0)
     del attrs["constant_values"]
     return apply("pad_grad", (g,), attrs)

@@ -90,8 +90,11 @@ def _pooled(shape, kernel_size, stride, padding, ceil_mode, dilation=(1, 1), **_
     return tuple(_out_size(shape[a], kernel_size[a], stride[a], padding[a], dilation[a], ceil_mode) for a in (0, 1))
 
 
-def _pooled_shape(x, attrs):
-    """The output shape for input ``x`` (a tensor), after every check of the input and the attributes."""
+def _pooled_shape(x, attrs, keys):
+    """The output shape for input ``x`` (a tensor), after every check of the input and of the attributes,
+    which must be ``keys``."""
+    if set(attrs) != set(keys):
+        raise TypeError(f"takes the attributes {', '.join(keys)}, got {', '.join(map(str, attrs))}")
     _check_attrs(**attrs)
     if x.ndim not in (3, 4):
         raise ShapeError(f"expected a (N, C, H, W) or (C, H, W) input, got shape {format_shape(x.shape)}")
@@ -140,7 +143,7 @@ def _cropped(full, inner):
     return full if full[inner].shape == full.shape else np.ascontiguousarray(full[inner])
 
 
-def _first_inside(hw, attrs, out):
+def _first_inside(attrs, out):
     """Per window, the offset of its first element inside the input (None when every window starts inside)."""
     if attrs["padding"] == (0, 0):
         return None
@@ -152,53 +155,89 @@ def _first_inside(hw, attrs, out):
     return first[0][:, None] * attrs["kernel_size"][1] + first[1][None, :]
 
 
-def _choice(x, attrs):
-    """(per window the offset torch picks, the layout): the first maximum, else the last NaN."""
-    out, padded, views, inner = _layout(x.shape[-2:], attrs)
-    xp = _padded(x, -np.inf, padded, inner)
-    first = _first_inside(x.shape[-2:], attrs, out)
+def _picks_in_order(xp, views, first, shape):
+    """Per window the offset torch's loop picks, by that loop over the offsets: a later element replaces
+    the best so far when greater or NaN. Masked numpy calls on strided views are slow: only for the windows
+    the equality test cannot settle (a NaN in them, or all -inf with padding)."""
     kind = np.min_scalar_type(len(views))
     if first is None:
-        best, pick, start = np.array(xp[views[0]]), np.zeros(x.shape[:-2] + out, kind), 1
+        best, pick, start = np.array(xp[views[0]]), np.zeros(shape, kind), 1
     else:
-        best, start = np.full(x.shape[:-2] + out, -np.inf, x.dtype), 0
-        pick = np.array(np.broadcast_to(first.astype(kind), best.shape))
-    nan = not math.isfinite(np.add.reduce(x, axis=None))     # (an infinite sum only takes the slower path)
+        best, start = np.full(shape, -np.inf, xp.dtype), 0
+        pick = np.array(np.broadcast_to(first.astype(kind), shape))
     for k in range(start, len(views)):
         v = xp[views[k]]
         take = np.greater(v, best)
-        if nan:
-            take |= np.isnan(v)
+        take |= np.isnan(v)
         np.copyto(best, v, where=take)
         np.copyto(pick, k, where=take)
-    return pick, (out, padded, views, inner)
+    return [pick == k for k in range(len(views))]
+
+
+def _hits(x, attrs):
+    """(per window offset, a mask of the windows that pick it: one offset per window; the layout)."""
+    layout = _layout(x.shape[-2:], attrs)
+    out, padded, views, inner = layout
+    xp = _padded(x, -np.inf, padded, inner)
+    best = _window_max(xp, views)
+    total = np.add.reduce(best, axis=None)       # (NaN if a window has a NaN, or holds inf and another -inf)
+    if math.isnan(total) or (attrs["padding"] != (0, 0) and total == -np.inf):
+        first = _first_inside(attrs, out)
+        return _picks_in_order(xp, views, first, best.shape), layout
+    # the first element equal to its window's maximum
+    hits, taken = [], None
+    for view in views:
+        hit = np.equal(xp[view], best)
+        if taken is None:
+            taken = hit.copy()
+        else:
+            hit &= ~taken
+            taken |= hit
+        hits.append(hit)
+    return hits, layout
+
+
+def _masked(values, finite, hit):
+    """``values`` where ``hit``, else 0: a product where the values are ``finite`` (masked numpy calls are slow
+    on strided views), else a selection (inf * 0 would be NaN)."""
+    return values * hit if finite else np.where(hit, values, values.dtype.type(0))
 
 
 # ------------------------------------------------------------------ kernels
-def _max_pool_kernel(x, **attrs):
-    out, padded, views, inner = _layout(x.shape[-2:], attrs)
-    xp = _padded(x, -np.inf, padded, inner)
+def _window_max(xp, views):
     result = np.array(xp[views[0]])
     for view in views[1:]:
         np.maximum(result, xp[view], out=result)     # (NaN propagates: torch's maximum is NaN too)
     return result
 
 
+def _max_pool_kernel(x, **attrs):
+    _, padded, views, inner = _layout(x.shape[-2:], attrs)
+    return _window_max(_padded(x, -np.inf, padded, inner), views)
+
+
 def _max_pool_grad_kernel(x, g, **attrs):
-    pick, (_, padded, views, inner) = _choice(x, attrs)
-    full = np.zeros(x.shape[:-2] + padded, np.result_type(x.dtype, g.dtype))
-    for k, view in enumerate(views):
+    hits, (_, padded, views, inner) = _hits(x, attrs)
+    g = g.astype(np.result_type(x.dtype, g.dtype), copy=False)
+    full = np.zeros(x.shape[:-2] + padded, g.dtype)
+    finite = math.isfinite(np.add.reduce(g, axis=None))
+    disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(attrs["kernel_size"], attrs["stride"], attrs["dilation"]))
+    for view, hit in zip(views, hits):
         target = full[view]
-        np.add(target, g, out=target, where=pick == k)     # (adding: overlapping windows may pick one element)
+        if disjoint and finite:
+            np.multiply(g, hit, out=target)     # (each element in one window at most: nothing to add to)
+        else:
+            target += _masked(g, finite, hit)
     return _cropped(full, inner)
 
 
 def _max_pool_gather_kernel(x, h, **attrs):
-    pick, (_, padded, views, inner) = _choice(x, attrs)
+    hits, (_, padded, views, inner) = _hits(x, attrs)
     hp = _padded(h, 0, padded, inner)
-    out = np.zeros(pick.shape, h.dtype)
-    for k, view in enumerate(views):
-        np.copyto(out, hp[view], where=pick == k)
+    finite = math.isfinite(np.add.reduce(h, axis=None))
+    out = np.zeros(hits[0].shape, h.dtype)
+    for view, hit in zip(views, hits):
+        out += _masked(hp[view], finite, hit)
     return out
 
 
@@ -237,27 +276,33 @@ def _avg_pool_grad_kernel(g, x, **attrs):
 
 
 # ------------------------------------------------------------------ shape rules and gradients
-def _pool_spec(inputs, **attrs):
-    check_arity(inputs, 1)
-    return _pooled_shape(inputs[0], attrs), inputs[0].dtype
+def _pool_spec(keys):
+    def infer(inputs, **attrs):
+        check_arity(inputs, 1)
+        return _pooled_shape(inputs[0], attrs, keys), inputs[0].dtype
+    return infer
 
 
-def _scatter_spec(inputs, **attrs):
-    """max_pool2d_grad(x, g): g of the pooled shape; the result of x's."""
-    check_arity(inputs, 2)
-    x, g = inputs
-    pooled = _pooled_shape(x, attrs)
+def _scattered(x, g, attrs, keys):
+    """The result's shape and dtype for a gradient ``g`` of the pooled shape: the input ``x``'s shape."""
+    pooled = _pooled_shape(x, attrs, keys)
     if not _fits(g.shape, pooled):
         raise ShapeError(f"a gradient of shape {format_shape(g.shape)} for an input of shape "
                          f"{format_shape(x.shape)} pooled to {format_shape(pooled)}")
     return x.shape, np.result_type(x.dtype, g.dtype)
 
 
+def _scatter_spec(inputs, **attrs):
+    """max_pool2d_grad(x, g)."""
+    check_arity(inputs, 2)
+    return _scattered(*inputs, attrs, MAX_ATTRS)
+
+
 def _gather_spec(inputs, **attrs):
     """max_pool2d_gather(x, h): h of x's shape; the result pooled."""
     check_arity(inputs, 2)
     x, h = inputs
-    pooled = _pooled_shape(x, attrs)
+    pooled = _pooled_shape(x, attrs, MAX_ATTRS)
     if not _fits(h.shape, x.shape):
         raise ShapeError(f"h of shape {format_shape(h.shape)} must have x's shape {format_shape(x.shape)}")
     return pooled, h.dtype
@@ -267,7 +312,9 @@ def _avg_grad_spec(inputs, **attrs):
     """avg_pool2d_grad(g, x): x read for its shape only."""
     check_arity(inputs, 2)
     g, x = inputs
-    _scatter_spec((x, g), **attrs)
+    _scattered(x, g, attrs, AVG_ATTRS)
+    if g.dtype.kind != "f":
+        raise TypeError(f"expected a real float gradient, got dtype {g.dtype}")
     return x.shape, g.dtype
 
 
@@ -336,7 +383,7 @@ def _torch_avg_pool_grad(T, **attrs):
 
 _NO_SCALAR_MAX = "no scalar form yet: Python's max does not pick NaN as torch's kernel does"
 _NO_SCALAR_AVG = "no scalar form yet: pooling is for images, far larger than the scalar path's plans"
-_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec, _max_pool_vjp, flops=_window_flops(None),
+_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec(MAX_ATTRS), _max_pool_vjp, flops=_window_flops(None),
                   torch=_torch_max_pool, unsupported={"scalar": _NO_SCALAR_MAX})
 _MAX_POOL_GRAD = defop("max_pool2d_grad", _max_pool_grad_kernel, _scatter_spec, _max_pool_grad_vjp,
                        flops=_window_flops(1), torch=_torch_max_pool_grad, public=False,
@@ -346,7 +393,7 @@ _MAX_POOL_GATHER = defop("max_pool2d_gather", _max_pool_gather_kernel, _gather_s
                          flops=_window_flops(None), torch=_torch_max_pool_gather, public=False,
                          unsupported={"scalar": _NO_SCALAR_MAX},
                          doc="per window, h at the element max_pool2d picks in x: the VJP of max_pool2d_grad")
-_AVG_POOL = defop("avg_pool2d", _avg_pool_kernel, _pool_spec, _avg_pool_vjp, flops=_window_flops(None),
+_AVG_POOL = defop("avg_pool2d", _avg_pool_kernel, _pool_spec(AVG_ATTRS), _avg_pool_vjp, flops=_window_flops(None),
                   torch=_torch_avg_pool, unsupported={"scalar": _NO_SCALAR_AVG})
 _AVG_POOL_GRAD = defop("avg_pool2d_grad", _avg_pool_grad_kernel, _avg_grad_spec, _avg_pool_grad_vjp, SHAPE_REF,
                        flops=_window_flops(0), torch=_torch_avg_pool_grad, public=False,
