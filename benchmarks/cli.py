@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+from .cnn_report import cnn_goal_lines
 from .rnn_report import hand_numpy, memory_lines, rnn_goal_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +33,7 @@ THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CHILD_MARK = "STATICGRAD_BENCH_CHILD"
 WORKLOAD_NAMES = ("A", "B", "C", "D", "E")
 RNN_NAMES = ("R1", "R2")              # issue 19: loops (sg.scan) and peak memory
+CNN_NAMES = ("V1",)                   # issue 20: convolutions and pooling
 PEER_NAMES = ("torch", "torch.compile", "jax.jit", "pytensor", "staticgrad[numba]", "tensorflow")
 # Other names people write for the same peers (issue 4 says "pytensor.function", "torch eager").
 PEER_ALIASES = {"jax": "jax.jit", "pytensor.function": "pytensor", "torch.eager": "torch", "torch-eager": "torch",
@@ -49,7 +51,7 @@ GOALS = {"A": 0.80, "B": 0.95, "C": 0.80, "D": 0.50}   # issue 4: ratio to hand-
 
 @dataclass
 class Settings:
-    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES + RNN_NAMES))
+    workloads: list = field(default_factory=lambda: list(WORKLOAD_NAMES + RNN_NAMES + CNN_NAMES))
     compile_ops: list = field(default_factory=lambda: [1000, 100000])
     peers: list = field(default_factory=lambda: list(PEER_NAMES))
     rounds: int = 25
@@ -79,7 +81,7 @@ def add_arguments(parser):
                         help="few rounds, no 100,000-op graph, peers torch and jax.jit only, 60 s peer "
                              "timeout (a look, not a result)")
     parser.add_argument("--only", default=None, metavar="A,B,...", type=workload_names,
-                        help="workloads to run: A B C D E R1 R2 and chainN (N ops), comma-separated")
+                        help="workloads to run: A B C D E R1 R2 V1 and chainN (N ops), comma-separated")
     parser.add_argument("--peers", default=None, metavar="NAMES",
                         help=f"peers to run, comma-separated, or 'none' (default: {','.join(PEER_NAMES)})")
     parser.add_argument("--peer-python", default=None, help="python of the peers environment "
@@ -109,7 +111,7 @@ def workload_names(text) -> list:
     names = [n.strip().upper() if n.strip().upper() in workloads.WORKLOADS else n.strip()
              for n in text.split(",") if n.strip()]
     if not names:
-        raise argparse.ArgumentTypeError("give at least one workload: A B C D E R1 R2 or chainN")
+        raise argparse.ArgumentTypeError("give at least one workload: A B C D E R1 R2 V1 or chainN")
     for name in names:
         try:
             workloads.get(name)
@@ -440,6 +442,7 @@ def format_table(doc) -> str:
     lines += memory_lines(doc)
     lines += ["", "Issue 4 goals:"] + goal_lines(doc)
     lines += rnn_goal_lines(doc)
+    lines += cnn_goal_lines(doc)
     kernels = ", ".join(f"{k} ({n} threads)" for k, n in _kernels(doc)) or "?"
     load = doc["machine"].get("load_average_start")
     lines += ["", f"OpenBLAS kernel: {kernels}; threads setting: {doc['settings']['threads'] or 'library defaults'}; "

@@ -1,13 +1,14 @@
-"""Where B and C stop: the share of the hand-written step taken by calls any numpy implementation makes too.
+"""Where B, C and V1 stop: the share of the hand-written step taken by calls any numpy implementation makes too.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m benchmarks.floors
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m benchmarks.floors [--only V1]
 
 B: the eight matrix products of the SGD step alone (the shapes and operand layouts of benchmarks/reference.py,
 float32), and the leanest whole step numpy allows (every result written with out=, parameters updated in
 place, labels not checked): what no numpy program, generated or not, gets below. C: the 1,500 sin, cos and
 tanh calls of the 2000-op chain alone, on the chain's own values, and the same with each sin and cos pair
 taken from one complex exp (on the machines measured, numpy's complex exp has exactly the bits of its
-sin and cos). Each is
+sin and cos). V1 (benchmarks/cnn_floors.py): its 8 matrix products alone, its layout moves alone (im2col
+copies, col2im adds, NCHW transposes), and the leanest whole step numpy allows. Each is
 timed in interleaved rounds with the hand-written step and staticgrad's compiled step, one BLAS thread, CPU
 time, medians (benchmarks/measure.py); what is printed is every median over the hand-written one.
 """
@@ -18,7 +19,7 @@ import sys
 
 import numpy as np
 
-from . import impl_staticgrad, reference, workloads
+from . import cnn_floors, impl_staticgrad, reference, workloads
 from .measure import time_interleaved
 
 
@@ -114,15 +115,17 @@ def sincos_of_c(data, cycles):
 FLOORS = {"B": (("8 matrix products", _matmuls_of_b),
                 ("leanest numpy step", lambda data: lean_step_of_b(data)[0])),
           "C": (("1,500 sin/cos/tanh calls", _transcendentals_of_c),
-                ("1,000 complex exp/tanh calls", lambda data, cycles: sincos_of_c(data, cycles)[0]))}
+                ("1,000 complex exp/tanh calls", lambda data, cycles: sincos_of_c(data, cycles)[0])),
+          "V1": cnn_floors.FLOORS}
 
 
-def measure(rounds=25, target_s=0.05) -> dict:
+def measure(rounds=25, target_s=0.05, names=tuple(FLOORS)) -> dict:
     out = {}
-    for name, floors in FLOORS.items():
+    for name in names:
+        floors = FLOORS[name]
         w = workloads.get(name)
         data = workloads.make_data(w)
-        args = (data,) if name == "B" else (data, w.cycles)
+        args = (data, w.cycles) if name == "C" else (data,)
         fns = {"hand numpy": reference.prepare(w, data).call, "staticgrad": impl_staticgrad.prepare(w, data).call}
         fns.update((floor_name, make_floor(*args)) for floor_name, make_floor in floors)
         timings = time_interleaved(fns, rounds, target_s)
@@ -131,14 +134,20 @@ def measure(rounds=25, target_s=0.05) -> dict:
     return out
 
 
-def main():
+def main(argv=None):
     import argparse
-    argparse.ArgumentParser(prog="python -m benchmarks.floors", description=__doc__.split("\n\n")[0],
-                            epilog="No options: one run takes about two minutes.").parse_args()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.floors", description=__doc__.split("\n\n")[0],
+                                     epilog="One run of all of them takes about three minutes.")
+    parser.add_argument("--only", default=",".join(FLOORS), metavar="B,C,V1", help="workloads (default: all)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    names = [n.strip().upper() for n in parser.parse_args(argv).only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FLOORS]
+    if unknown:
+        parser.error(f"no floors for {', '.join(unknown)}; known: {', '.join(FLOORS)}")
     from .cli import CHILD_MARK, bench_env
     if CHILD_MARK not in os.environ:      # OpenBLAS reads its settings when numpy loads: start afresh
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.floors"], bench_env(1))
-    for name, rows in measure().items():
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.floors", *argv], bench_env(1))
+    for name, rows in measure(names=names).items():
         print(f"{name}: " + ", ".join(f"{k} {r['median_s'] * 1e3:.2f} ms ({r['ratio']:.2f})" for k, r in rows.items()))
 
 

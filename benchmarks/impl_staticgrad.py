@@ -13,6 +13,7 @@ from .workloads import (
     B_LR,
     B_PARAM_NAMES,
     CHAIN_SCALE,
+    CNN_PARAM_NAMES,
     RNN_PARAM_NAMES,
     Prepared,
     Stopwatch,
@@ -71,6 +72,19 @@ def _build_rnn(params, data, checkpoint=None, loss_in_carry=False):
     return [X], weights, 0.5 * sg.mean(hs * hs)
 
 
+def _build_cnn(params, data):
+    """V1: NCHW images, torch's kernel layout, each bias broadcast over the batch and the pixels."""
+    size, channels = params["size"], params["channels"]
+    X = sg.placeholder((None, channels[0], size, size), dtype="float32", name="X")
+    t = sg.placeholder((None,), dtype="int64", name="t")
+    weights = [sg.parameter(data[k].copy(), name=k) for k in CNN_PARAM_NAMES]
+    w1, b1, w2, b2, w3, b3 = weights
+    a = sg.max_pool2d(sg.relu(sg.conv2d(X, w1, padding=1) + sg.reshape(b1, (1, -1, 1, 1))), 2)
+    a = sg.max_pool2d(sg.relu(sg.conv2d(a, w2, padding=1) + sg.reshape(b2, (1, -1, 1, 1))), 2)
+    flat = sg.reshape(a, (-1, channels[2] * (size // 4) ** 2))      # NCHW order, as torch's flatten
+    return [X, t], weights, sg.softmax_cross_entropy(flat @ w3 + b3, t)
+
+
 def prepare(workload, data, backend=None, checkpoint=None, loss_in_carry=False) -> Prepared:
     """Build, grad and compile ``workload``; ``backend`` (None: the default) is passed to sg.compile;
     ``checkpoint`` and ``loss_in_carry`` choose a variant of the RNN workloads (see _build_rnn)."""
@@ -93,6 +107,9 @@ def prepare(workload, data, backend=None, checkpoint=None, loss_in_carry=False) 
     elif kind == "rnn":
         inputs, wrt, loss = _build_rnn(workload.params, data, checkpoint, loss_in_carry)
         feeds = (data["X"],)
+    elif kind == "cnn":
+        inputs, wrt, loss = _build_cnn(workload.params, data)
+        feeds = (data["X"], data["t"])
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     sw.lap("build")

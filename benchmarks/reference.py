@@ -9,8 +9,18 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
-from .workloads import A_PARAM_NAMES, B_LR, B_PARAM_NAMES, CHAIN_SCALE, RNN_PARAM_NAMES, Prepared, sgd_step_check
+from .workloads import (
+    A_PARAM_NAMES,
+    B_LR,
+    B_PARAM_NAMES,
+    CHAIN_SCALE,
+    CNN_PARAM_NAMES,
+    RNN_PARAM_NAMES,
+    Prepared,
+    sgd_step_check,
+)
 
 
 def sigmoid(z):
@@ -121,6 +131,103 @@ def rnn_grad(X, Wx, Wh, b):
     return loss, gWx, gWh, gb
 
 
+def im2col(x):
+    """The 3x3 windows of ``x`` (N, C, H, W) padded by 1, as a (C*9, N*H*W) matrix: row (c, i, j) holds
+    input channel c shifted by kernel offset (i, j) at every output pixel. One copy of a strided view."""
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    sn, sc, sh, sw = xp.strides
+    windows = as_strided(xp, (c, 3, 3, n, h, w), (sc, sh, sw, sn, sh, sw), writeable=False)
+    return windows.reshape(c * 9, n * h * w)
+
+
+def col2im(cols, shape):
+    """im2col's adjoint: each kernel offset's rows added into its shifted window of the padded input
+    (nine strided adds), the padding cut off; returns (N, C, H, W) for an input of ``shape``."""
+    n, c, h, w = shape
+    d = cols.reshape(c, 3, 3, n, h, w)
+    dxp = np.zeros((c, n, h + 2, w + 2), cols.dtype)
+    for i in range(3):
+        for j in range(3):
+            dxp[:, :, i:i + h, j:j + w] += d[:, i, j]
+    return dxp[:, :, 1:-1, 1:-1].transpose(1, 0, 2, 3)
+
+
+def conv3x3(x, w, b):
+    """Convolution 3x3, padding 1, NCHW, w (O, C, 3, 3): (output (N, O, H, W), the im2col columns)."""
+    n, _, h, wd = x.shape
+    cols = im2col(x)
+    out = w.reshape(w.shape[0], -1) @ cols + b[:, None]          # (O, N*H*W): one GEMM
+    return out.reshape(-1, n, h, wd).transpose(1, 0, 2, 3), cols
+
+
+def conv3x3_backward(dout, w, cols, x_shape=None):
+    """(gradient of w, of b, of the input when ``x_shape`` is given) from dout (N, O, H, W)."""
+    d = dout.transpose(1, 0, 2, 3).reshape(w.shape[0], -1)      # (O, N*H*W), the GEMMs' layout
+    gw = (d @ cols.T).reshape(w.shape)
+    gb = d.sum(axis=1)
+    dx = col2im(w.reshape(w.shape[0], -1).T @ d, x_shape) if x_shape is not None else None
+    return gw, gb, dx
+
+
+def max_pool2(x):
+    """2x2 max pooling, stride 2: (output, one mask per window corner, (0, 0) (0, 1) (1, 0) (1, 1), marking
+    where the window's first maximum is, row by row, as torch's rule has it)."""
+    n, c, h, w = x.shape
+    r = x.reshape(n, c, h // 2, 2, w // 2, 2)
+    corners = [r[:, :, :, i, :, j] for i in (0, 1) for j in (0, 1)]
+    out = np.maximum(np.maximum(corners[0], corners[1]), np.maximum(corners[2], corners[3]))
+    taken = np.zeros(out.shape, bool)
+    masks = []
+    for corner in corners:
+        first = (corner == out) & ~taken
+        taken |= first
+        masks.append(first)
+    return out, masks
+
+
+def max_pool2_backward(dout, masks):
+    """Each window's gradient to its first maximum, the other three corners get zero."""
+    n, c, h, w = dout.shape
+    dx = np.empty((n, c, h, 2, w, 2), dout.dtype)
+    for (i, j), mask in zip(((0, 0), (0, 1), (1, 0), (1, 1)), masks):
+        dx[:, :, :, i, :, j] = dout * mask
+    return dx.reshape(n, c, 2 * h, 2 * w)
+
+
+def softmax_cross_entropy(z, t):
+    """(mean cross-entropy of the logits z against the labels t, its gradient with respect to z)."""
+    n = z.shape[0]
+    shifted = z - np.max(z, axis=1, keepdims=True)
+    e = np.exp(shifted)
+    total = np.sum(e, axis=1, keepdims=True)
+    rows = np.arange(n)
+    loss = np.mean(np.log(total[:, 0]) - shifted[rows, t])
+    dz = e / total
+    dz[rows, t] -= 1
+    dz /= n
+    return loss, dz
+
+
+def cnn_grad(X, t, w1, b1, w2, b2, w3, b3):
+    """Workload V1: the loss of the LeNet-style net and the gradients of its 6 parameter arrays."""
+    n = X.shape[0]
+    z1, cols1 = conv3x3(X, w1, b1)
+    p1, first1 = max_pool2(np.maximum(z1, 0))
+    z2, cols2 = conv3x3(p1, w2, b2)
+    p2, first2 = max_pool2(np.maximum(z2, 0))
+    flat = p2.reshape(n, -1)                     # NCHW order: channel, row, column
+    loss, dz3 = softmax_cross_entropy(flat @ w3 + b3, t)
+    gw3 = flat.T @ dz3
+    gb3 = dz3.sum(axis=0)
+    dp2 = (dz3 @ w3.T).reshape(p2.shape)
+    dz2 = max_pool2_backward(dp2, first2) * (z2 > 0)
+    gw2, gb2, dp1 = conv3x3_backward(dz2, w2, cols2, p1.shape)
+    dz1 = max_pool2_backward(dp1, first1) * (z1 > 0)
+    gw1, gb1, _ = conv3x3_backward(dz1, w1, cols1)          # the images need no gradient
+    return loss, gw1, gb1, gw2, gb2, gw3, gb3
+
+
 def add_one(x):
     """Workload E: the nearly empty function."""
     return x + 1.0
@@ -148,4 +255,7 @@ def prepare(workload, data) -> Prepared:
     if kind == "rnn":
         fn = functools.partial(rnn_grad, data["X"], *(data[k] for k in RNN_PARAM_NAMES))
         return Prepared("numpy", fn, lambda: list(fn()), traced=True)
+    if kind == "cnn":
+        fn = functools.partial(cnn_grad, data["X"], data["t"], *(data[k] for k in CNN_PARAM_NAMES))
+        return Prepared("numpy", fn, lambda: list(fn()))
     raise ValueError(f"unknown workload kind {kind!r}")

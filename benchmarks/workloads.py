@@ -15,6 +15,9 @@ R1 a tanh RNN, h_t = tanh(x_t @ Wx + h_{t-1} @ Wh + b) from h_0 = 0: input 32, h
    the loss and back-propagation through time carries a gradient in from each step; outputs the loss
    and the gradients of Wx, Wh and b (float64, so that gradients agree to 1e-9 across implementations).
 R2 the same RNN with hidden 64, 1,000 steps, batch 8 (loop-overhead bound; where checkpointing pays).
+V1 a LeNet-style convolutional net (issue 20), float32: 64 images 1x28x28, conv 3x3 1->8 pad 1, ReLU, max
+   pool 2, conv 3x3 8->16 pad 1, ReLU, max pool 2, flatten (NCHW order) to 784, linear 784->10, softmax
+   cross-entropy; outputs the loss and the gradients of the 6 parameter arrays.
 Compile-cost graphs: the same chain with 1,000 and 100,000 ops on 10 numbers.
 
 The chain repeats a 4-op cycle, ``h = tanh(sin(h) * 0.9 + x)``, starting from h = x, then sums h: a
@@ -38,13 +41,14 @@ CHAIN_X_RANGE = 0.2
 B_SIZES = (784, 256, 256, 10)
 B_BATCH = 128
 B_LR = 0.01
+CNN_PARAM_NAMES = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
     title: str
-    kind: str                     # "mlp_small" | "mlp_sgd" | "chain" | "empty" | "rnn"
+    kind: str                     # "mlp_small" | "mlp_sgd" | "chain" | "empty" | "rnn" | "cnn"
     dtype: str = "float64"
     size: int = 0                 # chain length of the data vector
     ops: int = 0                  # chain: number of elementwise ops (4 per cycle)
@@ -81,6 +85,24 @@ WORKLOADS["R1"] = rnn_workload("R1", 32, 128, 50, 32)
 # summed in the carry, with its own stored-everything run beside it.
 WORKLOADS["R2"] = rnn_workload("R2", 32, 64, 1000, 8, variants=(
     {"checkpoint": 32}, {"loss_in_carry": True}, {"loss_in_carry": True, "checkpoint": 32}))
+
+
+def cnn_workload(name, batch=64, size=28, channels=(1, 8, 16), classes=10) -> Workload:
+    """The LeNet-style net of V1 (or a smaller one for tests): two blocks of conv 3x3 pad 1, ReLU and
+    max pool 2, then a linear layer on the NCHW-flattened maps, softmax cross-entropy. ``size`` must be a
+    multiple of 4 (two halvings)."""
+    if size % 4:
+        raise ValueError(f"cnn workload: size must be a multiple of 4, got {size}")
+    c0, c1, c2 = channels
+    features = c2 * (size // 4) ** 2
+    title = (f"CNN conv{c0}->{c1}, pool, conv{c1}->{c2}, pool, linear {features}->{classes}, "
+             f"{batch}x{c0}x{size}x{size}, f32, loss+grads")
+    # float32: sums over up to 50,176 products per gradient entry agree to a few 1e-6 across libraries
+    return Workload(name, title, "cnn", dtype="float32", rtol=1e-4,
+                    params={"batch": batch, "size": size, "channels": tuple(channels), "classes": classes})
+
+
+WORKLOADS["V1"] = cnn_workload("V1")
 
 
 def compile_cost_workload(ops: int) -> Workload:
@@ -138,6 +160,8 @@ def make_data(workload: Workload) -> dict:
         return {"x": rng.uniform(-CHAIN_X_RANGE, CHAIN_X_RANGE, size=workload.size)}
     if workload.kind == "rnn":
         return rnn_data(rng, **{k: workload.params[k] for k in ("inputs", "hidden", "steps", "batch")})
+    if workload.kind == "cnn":
+        return cnn_data(rng, **workload.params)
     raise ValueError(f"unknown workload kind {workload.kind!r}")
 
 
@@ -152,6 +176,24 @@ def rnn_data(rng, inputs, hidden, steps, batch) -> dict:
             "Wx": rng.standard_normal((inputs, hidden)) / np.sqrt(inputs),
             "Wh": rng.standard_normal((hidden, hidden)) / np.sqrt(hidden),
             "b": rng.standard_normal(hidden) * 0.1}
+
+
+def cnn_data(rng, batch, size, channels, classes) -> dict:
+    """X (batch, c0, size, size) float32 images, t (batch,) int64 labels, and the parameters in torch's
+    layouts: w1 (c1, c0, 3, 3), b1 (c1,), w2 (c2, c1, 3, 3), b2 (c2,); the linear layer as B's, w3
+    (features, classes) applied as flat @ w3, b3 (classes,). Weights scaled by sqrt(2 / fan-in) (He), so
+    that about half of each ReLU's inputs are positive and the activations stay of order 1."""
+    f32 = np.float32
+    c0, c1, c2 = channels
+    features = c2 * (size // 4) ** 2
+    return {"X": rng.standard_normal((batch, c0, size, size)).astype(f32),
+            "t": rng.integers(0, classes, size=batch).astype(np.int64),
+            "w1": (rng.standard_normal((c1, c0, 3, 3)) * np.sqrt(2.0 / (c0 * 9))).astype(f32),
+            "b1": (rng.standard_normal(c1) * 0.1).astype(f32),
+            "w2": (rng.standard_normal((c2, c1, 3, 3)) * np.sqrt(2.0 / (c1 * 9))).astype(f32),
+            "b2": (rng.standard_normal(c2) * 0.1).astype(f32),
+            "w3": (rng.standard_normal((features, classes)) * np.sqrt(2.0 / features)).astype(f32),
+            "b3": (rng.standard_normal(classes) * 0.1).astype(f32)}
 
 
 def _now():

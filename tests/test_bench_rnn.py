@@ -123,13 +123,14 @@ def test_peers_written_for_some_kinds_only_are_skipped_for_the_others():
     assert peers.skip_reason("torch", "rnn") is None and peers.skip_reason("jax.jit", "rnn") is None
 
 
-def test_the_peer_runner_reports_a_skipped_pair_without_loading_the_peer(monkeypatch):
+@pytest.mark.parametrize("impl, workload, why", [("tensorflow", "A", "R1, R2 and V1"), ("pytensor", "V1", "no conv2d")])
+def test_the_peer_runner_reports_a_skipped_pair_without_loading_the_peer(monkeypatch, impl, workload, why):
     from benchmarks import peer_runner
     monkeypatch.setattr(peer_runner, "_load", lambda impl: pytest.fail("loaded a peer it should skip"))
-    args = argparse.Namespace(impl="tensorflow", workload="A", rounds=2, target=0.0005, budget=None, clock="cpu",
+    args = argparse.Namespace(impl=impl, workload=workload, rounds=2, target=0.0005, budget=None, clock="cpu",
                               threads=1)
     result = peer_runner.run(args)
-    assert result["status"] == "skipped" and "R1 and R2" in result["reason"]
+    assert result["status"] == "skipped" and why in result["reason"]
 
 
 def test_torch_peer_rnn_equals_the_reference():
@@ -159,7 +160,7 @@ def test_command_line_names_the_rnn_workloads_and_tensorflow():
     parser = bench.add_arguments(argparse.ArgumentParser())
     s = bench.settings_from_args(parser.parse_args(["--only", "r1,R2", "--peers", "torch,tf1,jax"]))
     assert s.workloads == ["R1", "R2"] and s.peers == ["torch", "tensorflow", "jax.jit"]
-    assert bench.Settings().workloads == ["A", "B", "C", "D", "E", "R1", "R2"]
+    assert bench.Settings().workloads == ["A", "B", "C", "D", "E", "R1", "R2", "V1"]
     with pytest.raises(SystemExit):
         parser.parse_args(["--only", "R3"])
 

@@ -15,11 +15,14 @@ PEERS = {
 
 # The workload kinds a peer is written for, where it is not all of them, and why.
 ONLY_KINDS = {
-    "tensorflow": ({"rnn"}, "the TF1 graph-mode peer (tf.compat.v1 while_loop) is written for R1 and R2 only"),
+    "tensorflow": ({"rnn", "cnn"}, "the TF1 graph-mode peer (tf.compat.v1) is written for R1, R2 and V1 only"),
 }
 NOT_KINDS = {
     "torch.compile": ({"rnn"}, "R1 and R2 compare torch eager; torch.compile would unroll the Python loop "
                                "over all steps (issue 19 names torch eager)"),
+    "pytensor": ({"cnn"}, "PyTensor 3 has no conv2d or max pooling for batches of multichannel images (the "
+                          "pytensor.tensor.nnet module that had them is gone; pytensor.tensor.signal.convolve2d "
+                          "convolves single 2-D arrays)"),
 }
 
 

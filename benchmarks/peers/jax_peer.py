@@ -1,5 +1,5 @@
 """jax.jit versions of the workloads: value_and_grad under jit, float64 enabled (the workloads are float64
-except B, whose arrays are float32 and stay so)."""
+except B and V1, whose arrays are float32 and stay so)."""
 from __future__ import annotations
 
 import jax
@@ -14,6 +14,7 @@ from ..workloads import (  # noqa: E402
     B_LR,
     B_PARAM_NAMES,
     CHAIN_SCALE,
+    CNN_PARAM_NAMES,
     RNN_PARAM_NAMES,
     Prepared,
     Stopwatch,
@@ -52,6 +53,22 @@ def _loss_rnn(params, X):
     return 0.5 * jnp.mean(hs * hs)
 
 
+def _loss_cnn(params, X, t):
+    """V1 with lax.conv_general_dilated (NCHW images, OIHW kernels, as torch's) and lax.reduce_window."""
+    w1, b1, w2, b2, w3, b3 = params
+
+    def conv(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y + b[None, :, None, None]
+
+    def pool(x):
+        return jax.lax.reduce_window(x, np.array(-np.inf, x.dtype), jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    a = pool(jax.nn.relu(conv(X, w1, b1)))
+    a = pool(jax.nn.relu(conv(a, w2, b2)))
+    logp = jax.nn.log_softmax(a.reshape(a.shape[0], -1) @ w3 + b3, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, t[:, None], axis=-1))
+
+
 def _sgd_step(params, X, t):
     loss, grads = jax.value_and_grad(_loss_b)(params, X, t)
     return loss, [p - B_LR * g for p, g in zip(params, grads)]
@@ -84,6 +101,9 @@ def prepare(workload, data) -> Prepared:
     elif kind == "rnn":
         fn = jax.jit(jax.value_and_grad(_loss_rnn))
         args = ([jnp.asarray(data[k]) for k in RNN_PARAM_NAMES], jnp.asarray(data["X"]))
+    elif kind == "cnn":
+        fn = jax.jit(jax.value_and_grad(_loss_cnn))
+        args = ([jnp.asarray(data[k]) for k in CNN_PARAM_NAMES], jnp.asarray(data["X"]), jnp.asarray(data["t"]))
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     lowered = fn.lower(*args)

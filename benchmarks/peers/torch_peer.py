@@ -8,6 +8,7 @@ from ..workloads import (
     B_LR,
     B_PARAM_NAMES,
     CHAIN_SCALE,
+    CNN_PARAM_NAMES,
     RNN_PARAM_NAMES,
     Prepared,
     Stopwatch,
@@ -50,6 +51,14 @@ def _forward_rnn(X, Wx, Wh, b):
     return 0.5 * torch.mean(hs * hs)
 
 
+def _forward_cnn(X, t, w1, b1, w2, b2, w3, b3):
+    """V1 with torch.nn.functional, as its users write a small convolutional net."""
+    F = torch.nn.functional
+    a = F.max_pool2d(F.relu(F.conv2d(X, w1, b1, padding=1)), 2)
+    a = F.max_pool2d(F.relu(F.conv2d(a, w2, b2, padding=1)), 2)
+    return F.cross_entropy(a.reshape(a.shape[0], -1) @ w3 + b3, t)
+
+
 def _add_one(x):
     return x + 1.0
 
@@ -83,6 +92,10 @@ def prepare(workload, data, compiled=False) -> Prepared:
         forward = _forward_rnn
         params = [torch.tensor(data[k], requires_grad=True) for k in RNN_PARAM_NAMES]
         feeds = (torch.from_numpy(data["X"]),)
+    elif kind == "cnn":
+        forward = _forward_cnn
+        params = [torch.tensor(data[k], requires_grad=True) for k in CNN_PARAM_NAMES]
+        feeds = (torch.from_numpy(data["X"]), torch.from_numpy(data["t"]))
     else:
         raise ValueError(f"unknown workload kind {kind!r}")
     if compiled:
