@@ -35,6 +35,8 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
                              f"(training=False) (at {user_frame()})")
         scale = _scale(running_var, weight, eps)
         return _shift(x * ops.reshape(scale, across), bias, scale * running_mean, across)
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"batch_norm: give both running_mean and running_var, or neither (at {user_frame()})")
     _check_batch(x, axes)
     mean = ops.mean(x, axis=axes)
     centered = x - ops.reshape(mean, across)
@@ -42,8 +44,6 @@ def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, t
     y = centered * ops.reshape(_scale(var, weight, eps), across)
     if bias is not None:
         y = y + ops.reshape(bias, across)
-    if (running_mean is None) != (running_var is None):
-        raise ValueError(f"batch_norm: give both running_mean and running_var, or neither (at {user_frame()})")
     if running_mean is not None:
         unbiased = var * _bessel(x, axes)
         _track(y, x, [(running_mean, mean, "running mean"), (running_var, unbiased, "running variance")],
