@@ -13,6 +13,7 @@ checks this against every import in the package, and that no imports go round in
     rewrite stable                           the rule engine; numerically stable forms
     autodiff                                 the one reverse sweep: sg.grad
     eager                                    define-by-run over the same registry and sweep
+    random                                   random streams whose state lives in the graph; dropout
     loops                                    scan, cond, while_loop: control flow traced into bodies
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import data, eager, explain, loops, nn, ops, optim, passes
+from . import data, eager, explain, loops, nn, ops, optim, passes, random
 from .autodiff import grad
 from .compiler import compile
 from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
@@ -37,6 +38,7 @@ from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .loops import cond, fori_loop, scan, while_loop
 from .ops import global_avg_pool2d
+from .random import dropout
 from .report import Report
 from .tensor import (
     FeedError,
@@ -62,8 +64,8 @@ __all__ = [
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
-    "scan", "cond", "while_loop", "fori_loop", "global_avg_pool2d",
-    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study",
+    "scan", "cond", "while_loop", "fori_loop", "dropout", "global_avg_pool2d",
+    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "random",
 ] + sorted(_OPS)
 
 _ON_DEMAND = ("study",)       # the study imports the timing and comparison code: only when asked for

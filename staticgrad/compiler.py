@@ -12,7 +12,7 @@ from .function import Function
 from .graph import Graph, ancestors
 from .lower import Backend, as_backend
 from .ops import broadcast_to
-from .ops.registry import as_tensor
+from .ops.registry import REGISTRY, as_tensor
 from .tensor import ShapeError, StaticgradError, Tensor, TensorLike, format_shape, gc_paused, user_frame
 
 
@@ -72,6 +72,20 @@ def _implicit_updates(found, pairs, source):
             raise type(refusal)(f"compile: {what} of {param.label()!r} {refusal} (at {source})")
         out.append((param, expr))
     return out
+
+
+def number_draws(graph):
+    """Give each random draw (an op with ``draws``) its ``index``: its rank among the draws of its key, in
+    build order. A call then reads positions p, p+1, ... of the key's stream, one per draw, as running the
+    same code eagerly would, and the key moves on by as many (the effects the draws carry). Before the
+    passes: CSE must see draws of one key as different, and optimize=False must number them too. A draw
+    the passes later drop (nothing needs its value) still moves its key on."""
+    draw_ops = {name for name, opdef in REGISTRY.items() if opdef.draws is not None}
+    counts = {}
+    for node in [n for n in graph.nodes.values() if n.op in draw_ops]:     # (one quick scan of a big graph)
+        key = node.inputs[0]
+        node.attrs = dict(node.attrs, index=counts.get(key, 0))
+        counts[key] = node.attrs["index"] + 1
 
 
 def _placeholders(found):
@@ -135,6 +149,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
                                   f"which are not in inputs (at {source})")
 
     graph = Graph.from_tensors(outs, pairs, inputs, found)
+    number_draws(graph)
     graph.assign_roles()
     unoptimized = graph if len(graph.nodes) <= passes_mod.KEEP_UP_TO else None
     rows = []

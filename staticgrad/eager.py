@@ -299,6 +299,8 @@ def _run_op(opdef, inputs, attrs):
         spec = _infer(opdef, inputs, attrs)
         requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
         return _new(opdef.name, tuple(inputs), attrs, None, requires_grad, _source(), spec=spec)
+    if opdef.draws is not None:
+        return _run_draw(opdef, inputs, attrs)
     values = []
     for x in inputs:
         v = x._value
@@ -325,6 +327,28 @@ def _run_op(opdef, inputs, attrs):
     requires_grad = state.grad_enabled and any(x._requires_grad for x in inputs)
     tape = inputs if requires_grad or state.trace is not None else ()
     t = _new(opdef.name, tuple(tape), attrs, out, requires_grad, _source())
+    if state.trace is not None:
+        state.trace.append(t)
+    return t
+
+
+def _run_draw(opdef, inputs, attrs):
+    """A random draw (``opdef.draws``), run at once as the first draw of its key (index 0). The key, input 0,
+    may be a symbolic parameter (the default key, or a model's): the stream's state is its value, read
+    here and then moved on, as a compiled call moves it on after the call. An eager leaf key moves on
+    too; a computed key is only read."""
+    key, state = inputs[0], STATE
+    if key.op == "parameter" or type(key) is EagerTensor:
+        value = key._value
+    else:
+        value = _static_value(key, opdef.name)
+    values = [value] + [x._value if type(x) is EagerTensor else _static_value(x, opdef.name) for x in inputs[1:]]
+    attrs = dict(attrs, index=0)
+    dtype = _infer(opdef, inputs, attrs)[1]
+    out = np.asarray(opdef.kernel(*values, **attrs), dtype=dtype)
+    if key.op in ("parameter", LEAF_OP):
+        key._value = opdef.draws(value)
+    t = _new(opdef.name, tuple(inputs) if state.trace is not None else (), attrs, out, False, _source())
     if state.trace is not None:
         state.trace.append(t)
     return t

@@ -123,7 +123,8 @@ class _Tables:
             self.params[tensor.id] = key
             self.arrays[key] = tensor.value
             self.param_docs.append({"key": key, "name": _text(tensor.name, "a parameter name"),
-                                    "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)})
+                                    "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype),
+                                    "requires_grad": bool(tensor.requires_grad)})
         return self.params[tensor.id]
 
     def placeholder(self, tensor):
@@ -178,7 +179,9 @@ def _leaf_tensors(doc, arrays):
         value, dtype = arrays[key], decode_dtype(entry.get("dtype"))
         _expect(dtype.kind in "fc" and value.dtype == dtype and _is_shape(entry.get("shape"), False)
                 and value.shape == tuple(entry["shape"]), f"parameter {key!r}: value does not match its entry")
-        params[key] = parameter(value, name=_check_text(entry.get("name"), "a parameter name"))
+        trained = entry.get("requires_grad", True)          # (state that is not trained stays so; older files: all)
+        _expect(isinstance(trained, bool), f"parameter {key!r}: bad requires_grad {trained!r:.20}")
+        params[key] = parameter(value, name=_check_text(entry.get("name"), "a parameter name"), requires_grad=trained)
     for entry in doc["placeholders"]:
         _expect(isinstance(entry, dict) and isinstance(entry.get("key"), str), f"bad placeholder entry {entry!r:.80}")
         key = entry["key"]

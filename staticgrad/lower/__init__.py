@@ -2,7 +2,8 @@
 
 One entry, :func:`build_program`. On its way: the graph at those sizes (``shapes``), many small ops of
 one kind batched into single calls and chains of small products into scans (``batching``, ``chains``),
-memory planned into a reusable workspace (``memory``), straight-line numpy source generated
+memory planned into a reusable workspace (``memory``; on request, random draws drawn again for the backward
+pass where that lowers the peak, ``recompute``), straight-line numpy source generated
 (``codegen``). Tiny float64 plans become Python scalar code instead (``scalarize``, ``scalar_math``); with
 ``backend="numba"``, elementwise regions become fused loops run by one compiled interpreter (``fuse``,
 ``numba_backend``, ``numba_cache``, ``vector_math``). ``costs`` serves the pass ledger.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.registry import REGISTRY
-from . import batching, codegen, scalarize
+from . import batching, codegen, recompute, scalarize
 from .codegen import Program
 from .interpret import failed_node, generate
 from .loop_source import loop_writer
@@ -32,28 +33,33 @@ class Backend:
     results go into a reused workspace, and small repeated ops are batched (off: one fresh array per
     node, as written). ``check_numerics``: every float value is checked as soon as it exists, and the
     first NaN or infinity raises a NumericsError naming its node (plans then run one numpy call per node:
-    no batching, scalar code or fused loops, whose values are not one node's).
+    no batching, scalar code or fused loops, whose values are not one node's). ``recompute_draws``: the
+    backward pass draws its random values (dropout's masks) again instead of holding them from the
+    forward pass, wherever that lowers a planned peak (memory for time: see ``recompute``).
     """
 
     NAMES = ("numpy", "numba")
 
-    def __init__(self, name="numpy", scalar=True, memory_planning=True, check_numerics=False):
+    def __init__(self, name="numpy", scalar=True, memory_planning=True, check_numerics=False,
+                 recompute_draws=False):
         if name not in self.NAMES:
             raise ValueError(f"unknown backend {name!r}: expected 'numpy' or 'numba'")
         if name == "numba":
             from .numba_backend import require
             require()
         self.name, self.scalar, self.memory_planning = name, bool(scalar), bool(memory_planning)
-        self.check_numerics = bool(check_numerics)
+        self.check_numerics, self.recompute_draws = bool(check_numerics), bool(recompute_draws)
 
     def replace(self, **changes) -> Backend:
-        """A backend like this one with ``changes`` (name, scalar, memory_planning, check_numerics)."""
+        """A backend like this one with ``changes`` (name, scalar, memory_planning, check_numerics,
+        recompute_draws)."""
         settings = {"name": self.name, "scalar": self.scalar, "memory_planning": self.memory_planning,
-                    "check_numerics": self.check_numerics}
+                    "check_numerics": self.check_numerics, "recompute_draws": self.recompute_draws}
         return Backend(**{**settings, **changes})
 
     def __repr__(self):
         checks = ", check_numerics=True" if self.check_numerics else ""
+        checks += ", recompute_draws=True" if self.recompute_draws else ""
         return f"Backend({self.name!r}, scalar={self.scalar}, memory_planning={self.memory_planning}{checks})"
 
 
@@ -86,6 +92,9 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     dtypes = [f.dtype for f in feeds] if feeds is not None else None
     sizes = concrete_shapes(graph, order, shapes, dtypes)
     concrete, order = at_sizes(graph, order, sizes)
+    again = {}
+    if backend.recompute_draws and backend.memory_planning and loop is None:
+        concrete, order, sizes, again = recompute.choose(concrete, order, sizes)
     # (with the numba backend a body stays one program per step, whose elementwise regions are fused loops)
     lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
         body, feed, backend, loop=loop if backend.name != "numba" else None))
@@ -94,6 +103,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
     if saved:
         program.stats = dict(program.stats, checkpoint_bytes_saved=saved)
+    if again:
+        program.stats = dict(program.stats, **again)
     return program
 
 

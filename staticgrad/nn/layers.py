@@ -123,7 +123,9 @@ def _eager_twin(value, memo):
         return value.to_eager(memo)
     if isinstance(value, Tensor) and value.op == "parameter":
         if value.id not in memo:
-            memo[value.id] = eager.tensor(value.value, requires_grad=value.dtype.kind == "f", name=value.name)
+            # (state that is not trained, a random key or a running mean, stays so)
+            memo[value.id] = eager.tensor(value.value, requires_grad=value.requires_grad and value.dtype.kind == "f",
+                                          name=value.name)
         return memo[value.id]
     return value
 

@@ -4,7 +4,7 @@ Every name exported here that is an op comes from its registration (``REGISTRY[n
 new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``public=False``,
 ``sg.<name>`` follow.
 """
-from . import broadcast, elementary, elementwise, index, linalg, methods, nn, pad, pool, powers, reduce, shape  # noqa: F401  (they register)
+from . import broadcast, elementary, elementwise, index, linalg, methods, nn, pad, pool, powers, random, reduce, shape  # noqa: F401  (they register)
 from .registry import (
     BACKENDS,
     BROADCAST,

@@ -90,11 +90,18 @@ class OpDef:
       of a loop makes it: given the inputs' shapes inside the loop and which of them gain a leading
       axis of steps, (the attrs of the one op computing every step at once, per input the number of
       size-1 axes to put after that leading axis), or None where the op cannot. Elementwise ops have it.
+    - ``draws``: the op is a random draw that consumes one draw of the key at its input 0 per call;
+      ``draws(key)`` is the key's value after that draw (numpy arrays and tensors alike). Its kernel is a
+      pure function of the key's value and its attribute ``index``: compile numbers the draws of each key
+      in build order (``index`` 0, 1, ...), so a call with D draws of a key reads D positions of its
+      stream; eager mode runs each at once with index 0 and sets a key that is a parameter or an eager
+      leaf to ``draws(key)``. None for every other op.
     """
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
-                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch", "scratch")
+                 "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch", "scratch",
+                 "draws")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -108,7 +115,7 @@ class OpDef:
         self.unsupported = {}
         self.public = True
         self.bodies, self.lowering, self.takes_needs, self.batch = (), None, False, None
-        self.scratch = None
+        self.scratch = self.draws = None
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)
