@@ -423,22 +423,24 @@ def avg_pool2d(x: TensorLike, kernel_size, stride=None, padding=0, ceil_mode=Fal
     return apply("avg_pool2d", (as_float(x),), attrs)
 
 
-@_MAX_POOL_GRAD.publish
-def max_pool2d_grad(x: TensorLike, g: TensorLike, kernel_size, stride=None, padding=0, dilation=1,
-                    ceil_mode=False) -> Tensor:
-    """The gradient of max_pool2d(x, ...) for the gradient ``g`` of its result."""
-    x, g = coerce(x, g)
-    attrs = at_user_line("max_pool2d_grad", pool_attrs, kernel_size, stride, padding, dilation, ceil_mode)
-    return apply("max_pool2d_grad", (x, g), attrs)
+def _max_pool_internal(opdef, doc):
+    """The public function of max_pool2d_grad or max_pool2d_gather: x, then the gradient or the values to pick
+    from, then max_pool2d's arguments."""
+    def build(x: TensorLike, other: TensorLike, kernel_size, stride=None, padding=0, dilation=1,
+              ceil_mode=False) -> Tensor:
+        x, other = coerce(x, other)
+        attrs = at_user_line(opdef.name, pool_attrs, kernel_size, stride, padding, dilation, ceil_mode)
+        return apply(opdef.name, (x, other), attrs)
+    build.__doc__ = doc
+    return opdef.publish(build)
 
 
-@_MAX_POOL_GATHER.publish
-def max_pool2d_gather(x: TensorLike, h: TensorLike, kernel_size, stride=None, padding=0, dilation=1,
-                      ceil_mode=False) -> Tensor:
-    """Per window of max_pool2d(x, ...), ``h`` (of x's shape) at the element the max picks."""
-    x, h = coerce(x, h)
-    attrs = at_user_line("max_pool2d_gather", pool_attrs, kernel_size, stride, padding, dilation, ceil_mode)
-    return apply("max_pool2d_gather", (x, h), attrs)
+max_pool2d_grad = _max_pool_internal(
+    _MAX_POOL_GRAD, "max_pool2d_grad(x, g, kernel_size, ...): the gradient of max_pool2d(x, kernel_size, ...) "
+                    "for the gradient g of its result.")
+max_pool2d_gather = _max_pool_internal(
+    _MAX_POOL_GATHER, "max_pool2d_gather(x, h, kernel_size, ...): per window of max_pool2d(x, kernel_size, ...), "
+                      "h (of x's shape) at the element the max picks.")
 
 
 @_AVG_POOL_GRAD.publish
