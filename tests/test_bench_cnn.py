@@ -4,7 +4,6 @@ are skipped, the table knows the issue's goals. Tiny sizes where possible: no ti
 import numpy as np
 import pytest
 
-import staticgrad as sg
 from benchmarks import cli as bench
 from benchmarks import cnn_floors, cnn_report, impl_staticgrad, peers, reference, workloads
 
@@ -134,11 +133,6 @@ def test_other_peers_cnn_equal_the_reference(peer):
     assert ok, err
 
 
-NEEDS_OPS = pytest.mark.skipif(not (hasattr(sg, "conv2d") and hasattr(sg, "max_pool2d")),
-                               reason="sg.conv2d and sg.max_pool2d are not in this checkout yet (issue 20's ops)")
-
-
-@NEEDS_OPS
 def test_staticgrad_cnn_equals_the_reference():
     data = workloads.make_data(TINY)
     got = impl_staticgrad.prepare(TINY, data)
@@ -146,7 +140,6 @@ def test_staticgrad_cnn_equals_the_reference():
     assert ok, err
 
 
-@NEEDS_OPS
 def test_v1_floors_are_timed_beside_both_steps():
     from benchmarks import floors
     rows = floors.measure(rounds=3, target_s=0.001, names=("V1",))["V1"]
