@@ -81,7 +81,7 @@ def transpose_attrs(stride, padding, output_padding, groups, dilation):
 
 
 # ------------------------------------------------------------------ the stored form, checked
-def _storedints(value, n, what, low):
+def _stored_ints(value, n, what, low):
     if not isinstance(value, tuple) or len(value) != n or any(type(v) is not int for v in value):
         raise TypeError(f"{what} must be a tuple of {n} ints, got {value!r}")
     if min(value) < low:
@@ -90,9 +90,9 @@ def _storedints(value, n, what, low):
 
 
 def _stored(stride, padding, dilation, groups):
-    _storedints(stride, 2, "stride", 1)
-    _storedints(dilation, 2, "dilation", 1)
-    _storedints(padding, 4, "padding (top, bottom, left, right)", 0)
+    _stored_ints(stride, 2, "stride", 1)
+    _stored_ints(dilation, 2, "dilation", 1)
+    _stored_ints(padding, 4, "padding (top, bottom, left, right)", 0)
     if type(groups) is not int or groups < 1:
         raise TypeError(f"groups must be an int >= 1, got {groups!r}")
 
@@ -147,9 +147,8 @@ def conv2d_spec(inputs, stride, padding, dilation, groups):
 
 
 def transpose_spec(inputs, stride, padding, dilation, groups, output_padding):
-    if len(inputs) not in (2, 3):
-        raise TypeError(f"takes 2 inputs (or 3, the last giving the size), got {len(inputs)}")
     _stored(stride, padding, dilation, groups)
+    given = _given(inputs, output_padding, "output_padding", ("N", "C", "H", "W"), 0) or (None, None)
     x, w = inputs[:2]
     rank(x.shape, "the input", ("N", "C_in", "H", "W"))
     rank(w.shape, "the weight", ("in", "out/groups", "kh", "kw"))
@@ -157,17 +156,23 @@ def transpose_spec(inputs, stride, padding, dilation, groups, output_padding):
     _divides(groups, ci if ci is not None else w.shape[0], "input channels")
     if ci is not None and w.shape[0] is not None and ci != w.shape[0]:
         raise ShapeError(f"the input has {ci} channels but the weight {format_shape(w.shape)} takes {w.shape[0]}")
-    if len(inputs) == 3:
-        if output_padding is not None:
-            raise TypeError(f"output_padding must be None when a third input gives the size, got {output_padding!r}")
-        rank(inputs[2].shape, "the size reference", ("N", "C", "H", "W"))
-        given = inputs[2].shape[2:]
-    else:
-        _storedints(output_padding, 2, "output_padding", 0)
-        given = (None, None)
     sizes = tuple(_transposed(size, k, axis, stride, padding, dilation, output_padding, like)
                   for axis, (size, k, like) in enumerate(zip(x.shape[2:], w.shape[2:], given)))
     return (x.shape[0], None if cog is None else cog * groups) + sizes, _float_dtype(x, w)
+
+
+def _given(inputs, value, key, names, low):
+    """The sizes a third input gives (its last two axes; attribute ``key`` must then be None), or None after
+    checking ``value``, the attribute that gives them instead, as a pair of ints >= ``low``."""
+    if len(inputs) not in (2, 3):
+        raise TypeError(f"takes 2 inputs (or 3, the last giving the {key} size), got {len(inputs)}")
+    if len(inputs) == 2:
+        _stored_ints(value, 2, key, low)
+        return None
+    if value is not None:
+        raise TypeError(f"{key} must be None when a third input gives the size, got {value!r}")
+    rank(inputs[2].shape, "the size reference", names)
+    return inputs[2].shape[2:]
 
 
 def _transposed(size, k, axis, stride, padding, dilation, extra, like):
@@ -190,17 +195,9 @@ def _transposed(size, k, axis, stride, padding, dilation, extra, like):
 
 
 def weight_spec(inputs, stride, padding, dilation, groups, kernel):
-    if len(inputs) not in (2, 3):
-        raise TypeError(f"takes 2 inputs (or 3, the last giving the kernel size), got {len(inputs)}")
     _stored(stride, padding, dilation, groups)
+    kernel = _given(inputs, kernel, "kernel", ("out", "in/groups", "kh", "kw"), 1) or kernel
     x, g = inputs[:2]
-    if len(inputs) == 3:
-        if kernel is not None:
-            raise TypeError(f"kernel must be None when a third input gives the size, got {kernel!r}")
-        rank(inputs[2].shape, "the size reference", ("out", "in/groups", "kh", "kw"))
-        kernel = inputs[2].shape[2:]
-    else:
-        _storedints(kernel, 2, "kernel", 1)
     rank(g.shape, "the output gradient", ("N", "out", "OH", "OW"))
     c, o = x.shape[1] if x.ndim == 4 else None, g.shape[1]
     w = (o, None if c is None or c % groups else c // groups) + tuple(kernel)

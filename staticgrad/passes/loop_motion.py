@@ -294,7 +294,8 @@ def _summed_term(bg, users, outs, param, out):
             return None
         region.append(j)
         stack.extend(n.inputs)
-    return term, sorted(region, key=list(bg.nodes).index)
+    # (no region: the term is itself a body output or input, made by no node the sum could take along)
+    return (term, sorted(region, key=list(bg.nodes).index)) if region else None
 
 
 def _sunk(bg, s, term, region, outer, stacked, new_ys, length, after):
