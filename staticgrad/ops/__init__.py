@@ -7,6 +7,7 @@ new op needs nothing but its ``defop``: ``sg.ops.<name>`` and, unless it says ``
 from . import (  # noqa: F401  (they register)
     broadcast,
     conv,
+    conv_fused,
     elementary,
     elementwise,
     index,

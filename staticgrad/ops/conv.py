@@ -26,7 +26,7 @@ from .conv_rules import (
     transpose_spec,
     weight_spec,
 )
-from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, transposed_length
+from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, patches_size, transposed_length
 from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
 
@@ -114,7 +114,16 @@ def _torch_weight(T, stride, padding, dilation, groups, kernel):
     return run
 
 
+def conv_scratch(node, shapes):
+    """The patches' buffer a plan hands conv2d's kernel (the unfolded input: im2col)."""
+    x, w = (shapes[i] for i in node.inputs[:2])
+    a = node.attrs
+    size = patches_size(x, w, a["stride"], a["padding"], a["dilation"], a["groups"])
+    return [((size,), node.dtype)]
+
+
 _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,
+                scratch=conv_scratch,
                 flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
                 doc="conv2d(x, w): torch.nn.functional.conv2d over NCHW x, w (out, in/groups, kh, kw)")
 _TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, transpose_spec, _transpose_vjp, OUT | C_ORDER,

@@ -76,10 +76,10 @@ def _padded(x, padding, slack=None):
     return flat if slack is not None else flat.reshape(n, c, hp, wp)
 
 
-def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False):
-    """The patches of ``x`` as a fresh C-ordered array, (N, C, kh, kw, OH, R) or with ``batch_first=False``
+def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False, into=None):
+    """The patches of ``x`` as a C-ordered array, (N, C, kh, kw, OH, R) or with ``batch_first=False``
     (C, kh, kw, N, OH, R): R is OW, or with ``rows`` (stride 1) the padded width Wp. One copy from a strided
-    view of the padded input."""
+    view of the padded input, into ``into`` (a plan's buffer of that shape) when given."""
     (kh, kw), (dh, dw) = kernel, dilation
     (oh, ow), (n, c, _, w) = out_hw(x.shape, kernel, stride, padding, dilation), x.shape
     if rows:
@@ -95,7 +95,7 @@ def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False):
                           writeable=False)
     if not batch_first:
         view = view.transpose(1, 2, 3, 0, 4, 5)
-    cols = np.empty(view.shape, x.dtype)
+    cols = np.empty(view.shape, x.dtype) if into is None else into.reshape(view.shape)
     np.copyto(cols, view)
     return cols
 
@@ -141,24 +141,45 @@ def scatter(cols, size, stride, padding, dilation, out=None):
     return out
 
 
-def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None):
+def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None, scratch=None, bias=None, relu=False):
+    """conv2d; ``scratch``: a plan's buffer for the patches (see :func:`patches_size`). ``bias`` (O, 1, 1)
+    and ``relu`` are the fused ops' epilogue (ops/conv_fused.py): where the product's rows must be cropped,
+    the bias is added by the cropping pass itself."""
     w = _dense(w)
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw(x.shape, (kh, kw), stride, padding, dilation)
     rows = _by_rows(stride, cg * kh * kw, o // groups)
-    cols = patches(x, (kh, kw), stride, padding, dilation, rows=rows)
+    cols = patches(x, (kh, kw), stride, padding, dilation, rows=rows, into=scratch[0] if scratch else None)
     r = cols.shape[-1]
     target = None if out is None or rows else out.reshape(n, groups, o // groups, oh * ow)
     y = np.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols.reshape(n, groups, cg * kh * kw, oh * r),
                   out=target)
     if not rows:
-        return y.reshape(n, o, oh, ow) if out is None else out
-    y = y.reshape(n, o, oh, r)[..., :ow]        # (the extra columns dropped)
-    if out is None:
-        return np.ascontiguousarray(y)
-    np.copyto(out, y)
-    return out
+        y = y.reshape(n, o, oh, ow) if out is None else out
+        if bias is not None:
+            np.add(y, bias.reshape(o, 1, 1), out=y)
+    else:
+        wide = y.reshape(n, o, oh, r)[..., :ow]        # (the extra columns dropped)
+        y = np.empty((n, o, oh, ow), wide.dtype) if out is None else out
+        if bias is not None:
+            np.add(wide, bias.reshape(o, 1, 1), out=y)
+        elif relu:
+            return np.maximum(wide, 0, out=y)
+        else:
+            np.copyto(y, wide)
+    if relu:
+        np.maximum(y, 0, out=y)
+    return y
+
+
+def patches_size(x_shape, w_shape, stride, padding, dilation, groups) -> int:
+    """How many elements conv2d_kernel's patches of an ``x_shape`` input hold."""
+    n, c = x_shape[:2]
+    o, cg, kh, kw = w_shape
+    oh, ow = out_hw(x_shape, (kh, kw), stride, padding, dilation)
+    r = x_shape[3] + padding[2] + padding[3] if _by_rows(stride, cg * kh * kw, o // groups) else ow
+    return n * c * kh * kw * oh * r
 
 
 def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None):

@@ -10,7 +10,7 @@ import types
 from collections import Counter
 
 from ..lower.costs import costs
-from . import constant_fold, cse, dce, loops, prune, simplify, stabilize
+from . import constant_fold, cse, dce, fold, loops, prune, simplify, stabilize
 from .stats import PassStats
 
 PASSES = {
@@ -21,12 +21,13 @@ PASSES = {
     "stabilize": stabilize.run,
     "cse": cse.run,
     "dce": dce.run,
+    "fold": fold.run,
 }
 
 # Order matters: simplify exposes the canonical forms stabilize matches (x*-1 as -x); folding again after
 # the rewrites catches constants they created; CSE then merges forward and backward twins.
 DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "cse", "simplify", "cse", "dce",
-           "loops", "constant_fold", "simplify", "cse", "dce"]
+           "loops", "constant_fold", "simplify", "cse", "fold", "dce"]
 
 # Passes whose result holds nothing more for them to do (CSE merges in graph order, each node's inputs
 # already merged; DCE keeps exactly what the outputs need): run again on the graph they left, unchanged

@@ -1,0 +1,53 @@
+"""Folding a convolution's bias add and ReLU into the convolution's own kernel."""
+from __future__ import annotations
+
+from ..ops.conv_fused import bias_fits
+from .stats import PassStats
+
+
+def run(graph):
+    """Replace ``relu(conv2d(x, w) + b)`` and ``conv2d(x, w) + b`` by one node ("conv2d+add+relu",
+    "conv2d+add") when ``b`` holds one number per output channel and nothing else reads the conv2d's
+    result (nor the add's, to fold the relu): outputs, updates and every other node are unchanged, and the
+    fused kernel gives the same bits. The folded node keeps the id, name and line of the last node it
+    replaces; the others are dropped.
+    """
+    users = graph.consumers()
+    kept = {i for i in graph.outputs} | {i for pair in graph.updates for i in pair}
+    folds = {}          # id of the node to replace -> (op, inputs, conv node)
+    for node in graph.nodes.values():
+        conv = _conv_plus_bias(graph, node, users, kept)
+        if conv is None:
+            continue
+        bias = node.inputs[1] if node.inputs[0] == conv.id else node.inputs[0]
+        (after,) = users[node.id] if len(users[node.id]) == 1 else (None,)
+        relu = after is not None and node.id not in kept and graph.nodes[after].op == "relu"
+        target = after if relu else node.id
+        folds[target] = ("conv2d+add+relu" if relu else "conv2d+add", conv.inputs[:2] + [bias], conv)
+    if not folds:
+        return graph, PassStats("fold", changed=0)
+
+    def visit(new, node):
+        if node.id not in folds:
+            return node.id
+        op, inputs, conv = folds[node.id]
+        new.add(node.copy(op=op, inputs=inputs, attrs=dict(conv.attrs)))
+        return node.id
+
+    graph = graph.rebuild(visit).without_dead()
+    details = {"conv2d+add+relu": sum(op.endswith("relu") for op, _, _ in folds.values())}
+    details["conv2d+add"] = len(folds) - details["conv2d+add+relu"]
+    return graph, PassStats("fold", changed=len(folds), details={k: v for k, v in details.items() if v})
+
+
+def _conv_plus_bias(graph, node, users, kept):
+    """The conv2d node that ``node`` adds a per-channel bias to, when it may be folded; else None."""
+    if node.op != "add" or len(node.inputs) != 2:
+        return None
+    for j, other in (node.inputs, node.inputs[::-1]):
+        conv, bias = graph.nodes[j], graph.nodes[other]
+        if (conv.op == "conv2d" and users[j] == [node.id] and j not in kept and j != other
+                and conv.dtype == node.dtype == bias.dtype and tuple(conv.shape) == tuple(node.shape)
+                and bias_fits(bias.shape, node.shape)):
+            return conv
+    return None

@@ -1,0 +1,78 @@
+"""The fold pass: a convolution's bias add and ReLU folded into its kernel, with the same bits."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.passes import fold
+
+from . import graph_of
+
+RNG = np.random.default_rng(0)
+
+
+def _params(dtype="float32", channels=(8, 16)):
+    c, o = channels
+    w = sg.parameter(RNG.normal(size=(o, c, 3, 3)).astype(dtype), name="w")
+    b = sg.parameter(RNG.normal(size=(o,)).astype(dtype), name="b")
+    return w, b
+
+
+def _compare(outputs, x, X):
+    f = sg.compile(outputs, [x])
+    g = sg.compile(outputs, [x], optimize=False)
+    for got, want in zip(f(X), g(X)):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    return f
+
+
+@pytest.mark.parametrize("channels", [(1, 8), (8, 16)])    # patches cropped from rows, or written straight
+def test_a_training_step_folds_bias_and_relu_with_the_same_bits(channels):
+    x = sg.placeholder((None, channels[0], 14, 14), dtype="float32", name="x")
+    w, b = _params(channels=channels)
+    loss = sg.sum(sg.square(sg.relu(sg.conv2d(x, w, padding=1) + sg.reshape(b, (1, -1, 1, 1)))))
+    f = _compare([loss] + sg.grad(loss, [w, b]), x, RNG.normal(size=(3, channels[0], 14, 14)).astype("float32"))
+    ops = f.report()["ops"]
+    assert ops.get("conv2d+add+relu") == 1 and "conv2d" not in ops and "relu" not in ops
+    assert [r["details"] for r in f.report() if r["pass"] == "fold"] == [{"conv2d+add+relu": 1}]
+
+
+def test_without_a_relu_the_bias_alone_is_folded():
+    x = sg.placeholder((None, 8, 9, 9), dtype="float64", name="x")
+    w, b = _params("float64")
+    y = sg.tanh(sg.conv2d(x, w, stride=2, bias=b))
+    f = _compare([y], x, RNG.normal(size=(2, 8, 9, 9)))
+    assert f.report()["ops"].get("conv2d+add") == 1
+
+
+def test_a_conv_read_twice_or_returned_is_not_folded():
+    x = sg.placeholder((2, 8, 6, 6), dtype="float64", name="x")
+    w, b = _params("float64")
+    c = sg.conv2d(x, w, padding=1)
+    y = sg.relu(c + sg.reshape(b, (-1, 1, 1)))
+    f = _compare([y, c], x, RNG.normal(size=(2, 8, 6, 6)))
+    assert "conv2d+add+relu" not in f.report()["ops"]
+    f = _compare([y, sg.sum(c)], x, RNG.normal(size=(2, 8, 6, 6)))
+    assert "conv2d+add+relu" not in f.report()["ops"]
+
+
+def test_a_bias_that_is_not_per_channel_is_not_folded():
+    x = sg.placeholder((2, 8, 6, 6), dtype="float64", name="x")
+    w, _ = _params("float64")
+    full = sg.parameter(RNG.normal(size=(16, 6, 6)), name="full")
+    f = _compare([sg.relu(sg.conv2d(x, w, padding=1) + full)], x, RNG.normal(size=(2, 8, 6, 6)))
+    assert "conv2d+add" not in f.report()["ops"] and "conv2d+add+relu" not in f.report()["ops"]
+
+
+def test_the_relu_of_a_returned_add_is_not_folded_into_it():
+    x = sg.placeholder((2, 8, 6, 6), dtype="float64", name="x")
+    w, b = _params("float64")
+    a = sg.conv2d(x, w, padding=1, bias=b)
+    f = _compare([sg.relu(a), a], x, RNG.normal(size=(2, 8, 6, 6)))
+    ops = f.report()["ops"]
+    assert ops.get("conv2d+add") == 1 and ops.get("relu") == 1
+
+
+def test_the_pass_alone_reports_nothing_on_a_graph_without_convolutions():
+    x = sg.placeholder((3,), name="x")
+    graph = graph_of([sg.relu(x + 1.0)], [x])
+    assert fold.run(graph) == (graph, fold.PassStats("fold", changed=0))
