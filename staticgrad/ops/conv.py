@@ -26,7 +26,7 @@ from .conv_rules import (
     transpose_spec,
     weight_spec,
 )
-from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, patches_size, transposed_length
+from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, scratch_sizes, transposed_length
 from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
 
@@ -115,11 +115,12 @@ def _torch_weight(T, stride, padding, dilation, groups, kernel):
 
 
 def conv_scratch(node, shapes):
-    """The patches' buffer a plan hands conv2d's kernel (the unfolded input: im2col)."""
+    """The buffers a plan hands conv2d's kernel: the unfolded input (im2col), and in the row layout the
+    product before its crop."""
     x, w = (shapes[i] for i in node.inputs[:2])
     a = node.attrs
-    size = patches_size(x, w, a["stride"], a["padding"], a["dilation"], a["groups"])
-    return [((size,), node.dtype)]
+    return [((size,), node.dtype) for size in scratch_sizes(x, w, a["stride"], a["padding"], a["dilation"],
+                                                             a["groups"])]
 
 
 _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,

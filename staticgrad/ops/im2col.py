@@ -23,6 +23,8 @@ reads past the edges is finite (one sum says so).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -142,44 +144,72 @@ def scatter(cols, size, stride, padding, dilation, out=None):
 
 
 def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None, scratch=None, bias=None, relu=False):
-    """conv2d; ``scratch``: a plan's buffer for the patches (see :func:`patches_size`). ``bias`` (O, 1, 1)
-    and ``relu`` are the fused ops' epilogue (ops/conv_fused.py): where the product's rows must be cropped,
-    the bias is added by the cropping pass itself."""
+    """conv2d; ``scratch``: a plan's buffers for the patches and, in the row layout, the wide product (see
+    :func:`scratch_sizes`). ``bias`` (O, 1, 1) and ``relu`` are the fused ops' epilogue (ops/conv_fused.py)."""
     w = _dense(w)
-    n, c = x.shape[:2]
+    n = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw(x.shape, (kh, kw), stride, padding, dilation)
-    rows = _by_rows(stride, cg * kh * kw, o // groups)
-    cols = patches(x, (kh, kw), stride, padding, dilation, rows=rows, into=scratch[0] if scratch else None)
-    r = cols.shape[-1]
-    target = None if out is None or rows else out.reshape(n, groups, o // groups, oh * ow)
-    y = np.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols.reshape(n, groups, cg * kh * kw, oh * r),
-                  out=target)
-    if not rows:
-        y = y.reshape(n, o, oh, ow) if out is None else out
-        if bias is not None:
-            np.add(y, bias.reshape(o, 1, 1), out=y)
+    depth, og = cg * kh * kw, o // groups
+    rows = _by_rows(stride, depth, og)
+    # The row layout needs a cropping copy anyway: its patches are laid out channel first, so that one
+    # product per group covers the whole batch (BLAS is faster on one wide product than on N narrow ones)
+    # and the crop also moves the channels back behind the batch.
+    cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=not rows, rows=rows,
+                   into=scratch[0] if scratch else None)
+    y = np.empty((n, o, oh, ow), np.result_type(x.dtype, w.dtype)) if out is None else out
+    if rows:
+        r = cols.shape[-1]
+        wide = scratch[1].reshape(groups, og, n * oh * r) if scratch and len(scratch) > 1 else None
+        wide = np.matmul(w.reshape(groups, og, depth), cols.reshape(groups, depth, n * oh * r), out=wide)
+        np.copyto(y, wide.reshape(o, n, oh, r)[..., :ow].transpose(1, 0, 2, 3))
     else:
-        wide = y.reshape(n, o, oh, r)[..., :ow]        # (the extra columns dropped)
-        y = np.empty((n, o, oh, ow), wide.dtype) if out is None else out
-        if bias is not None:
-            np.add(wide, bias.reshape(o, 1, 1), out=y)
-        elif relu:
-            return np.maximum(wide, 0, out=y)
-        else:
-            np.copyto(y, wide)
+        np.matmul(w.reshape(groups, og, depth), cols.reshape(n, groups, depth, oh * ow),
+                  out=y.reshape(n, groups, og, oh * ow))
+    if bias is not None:
+        # (against an (O, 1) bias numpy's inner loop runs over a whole channel image, not one row)
+        flat = y.reshape(n, o, oh * ow)
+        np.add(flat, bias.reshape(o, 1), out=flat)
     if relu:
-        np.maximum(y, 0, out=y)
+        clamp_below(y)
     return y
 
 
-def patches_size(x_shape, w_shape, stride, padding, dilation, groups) -> int:
-    """How many elements conv2d_kernel's patches of an ``x_shape`` input hold."""
+def clamp_below(a):
+    """max(a, 0) in place, with numpy's bits. numpy's float32 maximum runs its vector loop only when both
+    operands are walked contiguously: a C-ordered array is clamped as rows against a row of zeros, 2-3x
+    faster than against the scalar 0."""
+    length = _row_length(a.size) if a.dtype == np.float32 and a.flags.c_contiguous else None
+    if length is None:
+        return np.maximum(a, 0, out=a)
+    flat = a.reshape(-1, length)
+    np.maximum(flat, zero_row(length), out=flat)
+    return a
+
+
+@functools.lru_cache(maxsize=64)
+def _row_length(size):
+    """The longest length in 256..8192 that divides ``size`` (None if there is none)."""
+    return next((n for n in range(min(size, 8192), 255, -1) if size % n == 0), None)
+
+
+@functools.lru_cache(maxsize=16)
+def zero_row(n):
+    row = np.zeros(n, np.float32)
+    row.flags.writeable = False
+    return row
+
+
+def scratch_sizes(x_shape, w_shape, stride, padding, dilation, groups) -> list[int]:
+    """How many elements conv2d_kernel's temporaries hold for an ``x_shape`` input: the patches, and in the
+    row layout the product before its crop."""
     n, c = x_shape[:2]
     o, cg, kh, kw = w_shape
     oh, ow = out_hw(x_shape, (kh, kw), stride, padding, dilation)
-    r = x_shape[3] + padding[2] + padding[3] if _by_rows(stride, cg * kh * kw, o // groups) else ow
-    return n * c * kh * kw * oh * r
+    if not _by_rows(stride, cg * kh * kw, o // groups):
+        return [n * c * kh * kw * oh * ow]
+    r = x_shape[3] + padding[2] + padding[3]
+    return [n * c * kh * kw * oh * r, n * o * oh * r]
 
 
 def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None):
