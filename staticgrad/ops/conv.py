@@ -26,7 +26,14 @@ from .conv_rules import (
     transpose_spec,
     weight_spec,
 )
-from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, scratch_sizes, transposed_length
+from .im2col import (
+    conv2d_kernel,
+    conv2d_weight_kernel,
+    conv_transpose2d_kernel,
+    scratch_sizes,
+    transpose_sizes,
+    transposed_length,
+)
 from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
 
@@ -123,13 +130,22 @@ def conv_scratch(node, shapes):
                                                              a["groups"])]
 
 
+def transpose_scratch(node, shapes):
+    """The buffers a plan hands conv_transpose2d's kernel: its input widened, the product, the padded sums."""
+    x, w = (shapes[i] for i in node.inputs[:2])
+    like = shapes[node.inputs[2]] if len(node.inputs) > 2 else None
+    a = node.attrs
+    sizes = transpose_sizes(x, w, like, a["stride"], a["padding"], a["dilation"], a["groups"], a["output_padding"])
+    return [((size,), node.dtype) for size in sizes]
+
+
 _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,
                 scratch=conv_scratch,
                 flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
                 doc="conv2d(x, w): torch.nn.functional.conv2d over NCHW x, w (out, in/groups, kh, kw)")
 _TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, transpose_spec, _transpose_vjp, OUT | C_ORDER,
-                   torch=_torch_transpose, flops=_twice(scalar.transpose_work), scalar_rule=scalar.transpose_scalar,
-                   scalar_work=scalar.transpose_work,
+                   torch=_torch_transpose, scratch=transpose_scratch, flops=_twice(scalar.transpose_work),
+                   scalar_rule=scalar.transpose_scalar, scalar_work=scalar.transpose_work,
                    doc="conv_transpose2d(x, w): torch.nn.functional.conv_transpose2d, w (in, out/groups, kh, kw)")
 _WEIGHT = defop("conv2d_weight", conv2d_weight_kernel, weight_spec, _weight_vjp, OUT | C_ORDER, torch=_torch_weight,
                 flops=_twice(scalar.weight_work), scalar_rule=scalar.weight_scalar, scalar_work=scalar.weight_work,

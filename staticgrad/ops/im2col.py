@@ -102,44 +102,48 @@ def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False, 
     return cols
 
 
-def _widened(a, width, order=(0, 1, 2, 3)):
-    """``a`` (N, C, H, W) with axes in ``order``, C-ordered, its rows widened to ``width`` by zero columns."""
-    if width == a.shape[3]:
-        return np.ascontiguousarray(a.transpose(order))
-    wide = np.zeros(tuple(a.shape[k] for k in order[:3]) + (width,), a.dtype)
-    wide[..., :a.shape[3]] = a.transpose(order)
+def _buffer(scratch, k, shape, dtype):
+    """A C-ordered array of ``shape`` on the plan's ``scratch[k]`` where there is one big enough, else fresh."""
+    size = int(np.prod(shape))
+    if scratch and len(scratch) > k and scratch[k].size >= size and scratch[k].dtype == dtype:
+        return scratch[k][:size].reshape(shape)
+    return np.empty(shape, dtype)
+
+
+def _widened(a, width, order=(0, 1, 2, 3), into=None):
+    """``a`` (N, C, H, W) with axes in ``order``, C-ordered, its rows widened to ``width`` by zero columns;
+    ``into``: the plan's buffers (see :func:`_buffer`)."""
+    wide = _buffer(into, 0, tuple(a.shape[k] for k in order[:3]) + (width,), a.dtype)
+    if width > a.shape[3]:
+        wide.fill(0)        # (one pass over it all: zeroing two columns of every row is slower)
+    np.copyto(wide[..., :a.shape[3]], a.transpose(order))
     return wide
 
 
-def scatter(cols, size, stride, padding, dilation, out=None):
-    """The adjoint of :func:`patches`: each patch element added back where it came from (an add per kernel
-    offset), into an (N, C) + ``size`` result. ``cols`` is (N, C, kh, kw, OH, R): with R the padded width
-    (stride 1), each offset's add is one run per channel over the flattened padded image."""
-    n, c, kh, kw, oh, r = cols.shape
+def scatter(cols, size, stride, padding, dilation, out=None, into=None):
+    """The adjoint of :func:`patches` with ``batch_first=False``: each patch element added back where it came
+    from (an add per kernel offset), into an (N, C) + ``size`` result. ``cols`` is (C, kh, kw, N, OH, R): with
+    R the padded width (stride 1), each offset's add is one run per channel and image over the flattened
+    padded image. The adds go into a (C, N) buffer (``into``: the plan's), copied out in NCHW order."""
+    c, kh, kw, n, oh, r = cols.shape
     top, bottom, left, right = padding
     (sh, sw), (dh, dw), (h, w) = stride, dilation, size
     hp, wp = h + top + bottom, w + left + right
     rows = r == wp and stride == (1, 1)
-    bare = not (top or bottom or left or right or rows)
-    if bare and out is not None:
-        full = out          # (no border to crop: the adds go straight into the plan's buffer)
-        full.fill(0)
-    else:
-        full = np.zeros((n, c, hp * wp + (kw - 1) * dw) if rows else (n, c, hp, wp), cols.dtype)
+    full = _buffer(into, 0, (c, n, hp * wp + (kw - 1) * dw) if rows else (c, n, hp, wp), cols.dtype)
+    full.fill(0)
     for i in range(kh):
         for j in range(kw):
             if rows:
                 start = i * dh * wp + j * dw
-                full[:, :, start:start + oh * wp] += cols[:, :, i, j].reshape(n, c, oh * wp)
+                target = full[:, :, start:start + oh * wp]
+                np.add(target, cols[:, i, j].reshape(c, n, oh * wp), out=target)
             else:
                 at = (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (r - 1) + 1, sw))
-                full[:, :, at[0], at[1]] += cols[:, :, i, j]
-    if bare:
-        return full
-    inner = (full[:, :, :hp * wp].reshape(n, c, hp, wp) if rows else full)[:, :, top:top + h, left:left + w]
-    if out is None:
-        return np.ascontiguousarray(inner)
-    np.copyto(out, inner)
+                full[:, :, at[0], at[1]] += cols[:, i, j]
+    inner = (full[:, :, :hp * wp].reshape(c, n, hp, wp) if rows else full)[:, :, top:top + h, left:left + w]
+    out = np.empty((n, c, h, w), cols.dtype) if out is None else out
+    np.copyto(out, inner.transpose(1, 0, 2, 3))
     return out
 
 
@@ -212,26 +216,47 @@ def scratch_sizes(x_shape, w_shape, stride, padding, dilation, groups) -> list[i
     return [n * c * kh * kw * oh * r, n * o * oh * r]
 
 
-def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None):
-    w = _dense(w)
-    n, ci, h, wd = x.shape
-    _, cog, kh, kw = w.shape
-    (top, bottom, left, right) = padding
-    if like:
-        size = like[0].shape[-2:]
+def _transposed_size(x_shape, w_shape, like, stride, padding, dilation, output_padding):
+    """conv_transpose2d's output height and width (from ``like``'s shape, checked, where it is given)."""
+    (h, wd), (kh, kw) = x_shape[2:], w_shape[2:]
+    if like is not None:
+        size = tuple(like[-2:])
         low = [transposed_length(s, k, st, p0, p1, d, 0) for s, k, st, p0, p1, d in
                zip((h, wd), (kh, kw), stride, padding[::2], padding[1::2], dilation)]
         if not all(b <= s < b + st for s, b, st in zip(size, low, stride)):
-            raise ValueError(f"conv_transpose2d: no convolution of an input of size {tuple(size)} gives ({h}, {wd})")
-    else:
-        size = tuple(transposed_length(s, k, st, p0, p1, d, e) for s, k, st, p0, p1, d, e in
-                     zip((h, wd), (kh, kw), stride, padding[::2], padding[1::2], dilation, output_padding))
-    # Each input pixel times the weights of its group: (N, G, out/G*kh*kw, H*R), then added back. Along
-    # the rows (stride 1), x's rows are widened to the padded width by zero columns.
-    r = size[1] + left + right if stride == (1, 1) and ROWS and _finite(w) else wd
+            raise ValueError(f"conv_transpose2d: no convolution of an input of size {size} gives ({h}, {wd})")
+        return size
+    return tuple(transposed_length(s, k, st, p0, p1, d, e) for s, k, st, p0, p1, d, e in
+                 zip((h, wd), (kh, kw), stride, padding[::2], padding[1::2], dilation, output_padding))
+
+
+def conv_transpose2d_kernel(x, w, *like, stride, padding, dilation, groups, output_padding, out=None, scratch=None):
+    """conv_transpose2d; ``scratch``: the plan's buffers (see :func:`transpose_sizes`)."""
+    w = _dense(w)
+    n, ci, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    size = _transposed_size(x.shape, w.shape, like[0].shape if like else None, stride, padding, dilation,
+                            output_padding)
+    # Each input pixel times the weights of its group, channel first: one product per group over the whole
+    # batch, (G, out/G*kh*kw, N*H*R), then added back. Along the rows (stride 1), x's rows are widened to
+    # the padded width by zero columns.
+    r = size[1] + padding[2] + padding[3] if stride == (1, 1) and ROWS and _finite(w) else wd
     wg = w.reshape(groups, ci // groups, cog * kh * kw).transpose(0, 2, 1)
-    cols = np.matmul(wg, _widened(x, r).reshape(n, groups, ci // groups, h * r))
-    return scatter(cols.reshape(n, groups * cog, kh, kw, h, r), size, stride, padding, dilation, out)
+    xt = _widened(x, r, (1, 0, 2, 3), into=scratch).reshape(groups, ci // groups, n * h * r)
+    cols = _buffer(scratch and scratch[1:], 0, (groups, cog * kh * kw, n * h * r), np.result_type(x.dtype, w.dtype))
+    np.matmul(wg, xt, out=cols)
+    return scatter(cols.reshape(groups * cog, kh, kw, n, h, r), size, stride, padding, dilation, out,
+                   into=scratch and scratch[2:])
+
+
+def transpose_sizes(x_shape, w_shape, like_shape, stride, padding, dilation, groups, output_padding) -> list[int]:
+    """How many elements conv_transpose2d_kernel's temporaries hold at most: x widened, the product, the
+    padded sums."""
+    (n, ci, h, wd), (_, cog, kh, kw) = x_shape, w_shape
+    size = _transposed_size(x_shape, w_shape, like_shape, stride, padding, dilation, output_padding)
+    hp, wp = size[0] + padding[0] + padding[1], size[1] + padding[2] + padding[3]
+    r = max(wp, wd)
+    return [ci * n * h * r, groups * cog * kh * kw * n * h * r, groups * cog * n * (hp * wp + (kw - 1) * dilation[1])]
 
 
 def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel, out=None):
