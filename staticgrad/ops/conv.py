@@ -33,6 +33,7 @@ from .im2col import (
     scratch_sizes,
     transpose_sizes,
     transposed_length,
+    weight_sizes,
 )
 from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
@@ -139,6 +140,15 @@ def transpose_scratch(node, shapes):
     return [((size,), node.dtype) for size in sizes]
 
 
+def weight_scratch(node, shapes):
+    """The buffers a plan hands conv2d_weight's kernel: the patches, g widened."""
+    x, g = (shapes[i] for i in node.inputs[:2])
+    a = node.attrs
+    kernel = a["kernel"] or shapes[node.inputs[2]][2:]
+    sizes = weight_sizes(x, g, kernel, a["stride"], a["padding"], a["dilation"], a["groups"])
+    return [((size,), node.dtype) for size in sizes]
+
+
 _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,
                 scratch=conv_scratch,
                 flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
@@ -148,6 +158,7 @@ _TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, transpose_spec, 
                    scalar_rule=scalar.transpose_scalar, scalar_work=scalar.transpose_work,
                    doc="conv_transpose2d(x, w): torch.nn.functional.conv_transpose2d, w (in, out/groups, kh, kw)")
 _WEIGHT = defop("conv2d_weight", conv2d_weight_kernel, weight_spec, _weight_vjp, OUT | C_ORDER, torch=_torch_weight,
+                scratch=weight_scratch,
                 flops=_twice(scalar.weight_work), scalar_rule=scalar.weight_scalar, scalar_work=scalar.weight_work,
                 public=False, doc="conv2d_weight(x, g): the gradient of conv2d(x, w) with respect to w")
 

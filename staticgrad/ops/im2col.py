@@ -97,7 +97,7 @@ def patches(x, kernel, stride, padding, dilation, batch_first=True, rows=False, 
                           writeable=False)
     if not batch_first:
         view = view.transpose(1, 2, 3, 0, 4, 5)
-    cols = np.empty(view.shape, x.dtype) if into is None else into.reshape(view.shape)
+    cols = _buffer((into,), 0, view.shape, x.dtype) if into is not None else np.empty(view.shape, x.dtype)
     np.copyto(cols, view)
     return cols
 
@@ -259,9 +259,9 @@ def transpose_sizes(x_shape, w_shape, like_shape, stride, padding, dilation, gro
     return [ci * n * h * r, groups * cog * kh * kw * n * h * r, groups * cog * n * (hp * wp + (kw - 1) * dilation[1])]
 
 
-def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel, out=None):
+def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel, out=None, scratch=None):
     """The gradient of conv2d with respect to its weight, for input ``x`` and output gradient ``g`` (a third
-    input, when ``kernel`` is None, has the weight's shape)."""
+    input, when ``kernel`` is None, has the weight's shape); ``scratch``: see :func:`weight_sizes`."""
     n, c = x.shape[:2]
     o, (kh, kw) = g.shape[1], kernel or like[0].shape[2:]
     oh, ow = g.shape[2:]
@@ -269,11 +269,20 @@ def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel,
         raise ValueError(f"conv2d_weight: an output gradient of shape {g.shape} does not fit the input {x.shape}")
     cg, og = c // groups, o // groups
     rows = _by_rows(stride, cg * kh * kw, og) and _finite(x)
-    cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=False, rows=rows)
+    cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=False, rows=rows,
+                   into=scratch[0] if scratch else None)
     r = cols.shape[-1]
     # g as (G, O/G, N*OH*R): one product per group sums over the batch and the pixels (R > OW: g's zero
     # columns meet the patches' extra ones).
-    gt = _widened(g, r, (1, 0, 2, 3)).reshape(groups, og, n * oh * r)
+    gt = _widened(g, r, (1, 0, 2, 3), into=scratch and scratch[1:]).reshape(groups, og, n * oh * r)
     target = None if out is None else out.reshape(groups, og, cg * kh * kw)
     dw = np.matmul(gt, cols.reshape(groups, cg * kh * kw, n * oh * r).transpose(0, 2, 1), out=target)
     return dw.reshape(o, cg, kh, kw) if out is None else out
+
+
+def weight_sizes(x_shape, g_shape, kernel, stride, padding, dilation, groups) -> list[int]:
+    """How many elements conv2d_weight_kernel's temporaries hold at most: the patches, g widened."""
+    (n, c, _, w), (_, o, oh, ow) = x_shape, g_shape
+    r = max(ow, w + padding[2] + padding[3] if _by_rows(stride, c // groups * kernel[0] * kernel[1], o // groups)
+            else ow)
+    return [c * kernel[0] * kernel[1] * n * oh * r, o * n * oh * r]
