@@ -140,6 +140,7 @@ def test_staticgrad_cnn_equals_the_reference():
     assert ok, err
 
 
+@pytest.mark.slow
 def test_v1_floors_are_timed_beside_both_steps():
     from benchmarks import floors
     rows = floors.measure(rounds=3, target_s=0.001, names=("V1",))["V1"]

@@ -83,7 +83,7 @@ def _twice(work):
     return lambda node, shapes: 2 * work(node, shapes)
 
 
-def _torch_conv2d(T, stride, padding, dilation, groups):
+def torch_conv2d(T, stride, padding, dilation, groups):
     F, (t, b, left, right) = T.nn.functional, padding
 
     def run(x, w):
@@ -149,7 +149,7 @@ def weight_scratch(node, shapes):
     return [((size,), node.dtype) for size in sizes]
 
 
-_CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=_torch_conv2d,
+_CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=torch_conv2d,
                 scratch=conv_scratch,
                 flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
                 doc="conv2d(x, w): torch.nn.functional.conv2d over NCHW x, w (out, in/groups, kh, kw)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import ShapeError, format_shape
-from .conv import conv_scratch
+from .conv import conv_scratch, torch_conv2d
 from .conv_rules import conv2d_spec
 from .im2col import conv2d_kernel
 from .registry import C_ORDER, OUT, apply, coerce, defop
@@ -49,6 +49,17 @@ def _flops(relu):
     return count
 
 
+def _torch(relu):
+    def make(T, **attrs):
+        conv = torch_conv2d(T, **attrs)
+
+        def run(x, w, b):
+            y = conv(x, w) + b
+            return T.relu(y) if relu else y
+        return run
+    return make
+
+
 def _builder(name):
     def build(x, w, bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):
         """The fused op over stored attributes (what the fold pass copies from the conv2d node)."""
@@ -60,6 +71,7 @@ def _builder(name):
 for _relu in (False, True):
     _name = "conv2d+add+relu" if _relu else "conv2d+add"
     defop(_name, _kernel(_relu), _spec, None, OUT | C_ORDER, scratch=conv_scratch, flops=_flops(_relu),
-          public=False, unsupported={"scalar": "made by the fold pass from ops the scalar path runs one by one"},
+          torch=_torch(_relu), public=False,
+          unsupported={"scalar": "made by the fold pass from ops the scalar path runs one by one"},
           doc="conv2d(x, w) + bias" + (", then relu" if _relu else "") + ", in one kernel (the fold pass's)"
           ).publish(_builder(_name))
