@@ -164,8 +164,8 @@ def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None, scratch=Non
     y = np.empty((n, o, oh, ow), np.result_type(x.dtype, w.dtype)) if out is None else out
     if rows:
         r = cols.shape[-1]
-        wide = scratch[1].reshape(groups, og, n * oh * r) if scratch and len(scratch) > 1 else None
-        wide = np.matmul(w.reshape(groups, og, depth), cols.reshape(groups, depth, n * oh * r), out=wide)
+        wide = _buffer(scratch, 1, (groups, og, n * oh * r), y.dtype)
+        np.matmul(w.reshape(groups, og, depth), cols.reshape(groups, depth, n * oh * r), out=wide)
         np.copyto(y, wide.reshape(o, n, oh, r)[..., :ow].transpose(1, 0, 2, 3))
     else:
         np.matmul(w.reshape(groups, og, depth), cols.reshape(n, groups, depth, oh * ow),
