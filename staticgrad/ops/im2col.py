@@ -5,11 +5,14 @@ Every kernel takes its attributes in the stored form conv_rules.py checks: ``str
 ``padding`` as (top, bottom, left, right), ``groups`` an int. Arrays are NCHW; a conv2d weight is
 (out, in/groups, kh, kw), a conv_transpose2d weight (in, out/groups, kh, kw).
 
-Layout: the patches of x are copied once into a C-ordered buffer (N, C, kh, kw, OH, OW), so that
-``w (O, C*kh*kw) @ cols[n] (C*kh*kw, OH*OW)`` gives each sample's output already in NCHW order: the
+Layout: in the exact layout the patches of x are copied once into a C-ordered buffer (N, C, kh, kw, OH, OW),
+so that ``w (O, C*kh*kw) @ cols[n] (C*kh*kw, OH*OW)`` gives each sample's output already in NCHW order: the
 product writes straight into the result (or the plan's ``out=`` buffer), with no transpose after it.
-The weight gradient wants the other order, (C, kh, kw, N, OH, OW), so that one product with the
-gradient laid out (O, N*OH*OW) sums over the batch and the pixels at once.
+Where a copy follows the product anyway (the row layout's crop, conv_transpose2d's adds), the patches are
+laid out channel first, (C, kh, kw, N, OH, R): one product per group then covers the whole batch (BLAS is
+faster on one wide product than on N narrow ones, which also sum in another order: the last bits differ)
+and the copy after it moves the channels back behind the batch. The weight gradient always wants that
+order, so that one product with the gradient laid out (O, N*OH*R) sums over the batch and the pixels at once.
 
 Rows: numpy copies (and adds) a strided view one innermost run at a time, and a patch's run is one output
 row, OW elements: for small images the per-run cost dominates. With stride 1 a patch is instead taken along
