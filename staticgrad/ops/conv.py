@@ -26,7 +26,15 @@ from .conv_rules import (
     transpose_spec,
     weight_spec,
 )
-from .im2col import conv2d_kernel, conv2d_weight_kernel, conv_transpose2d_kernel, patches_size, transposed_length
+from .im2col import (
+    conv2d_kernel,
+    conv2d_weight_kernel,
+    conv_transpose2d_kernel,
+    scratch_sizes,
+    transpose_sizes,
+    transposed_length,
+    weight_sizes,
+)
 from .registry import C_ORDER, OUT, apply, coerce, defop
 from .shape import reshape
 
@@ -115,11 +123,30 @@ def _torch_weight(T, stride, padding, dilation, groups, kernel):
 
 
 def conv_scratch(node, shapes):
-    """The patches' buffer a plan hands conv2d's kernel (the unfolded input: im2col)."""
+    """The buffers a plan hands conv2d's kernel: the unfolded input (im2col), and in the row layout the
+    product before its crop."""
     x, w = (shapes[i] for i in node.inputs[:2])
     a = node.attrs
-    size = patches_size(x, w, a["stride"], a["padding"], a["dilation"], a["groups"])
-    return [((size,), node.dtype)]
+    return [((size,), node.dtype) for size in scratch_sizes(x, w, a["stride"], a["padding"], a["dilation"],
+                                                             a["groups"])]
+
+
+def transpose_scratch(node, shapes):
+    """The buffers a plan hands conv_transpose2d's kernel: its input widened, the product, the padded sums."""
+    x, w = (shapes[i] for i in node.inputs[:2])
+    like = shapes[node.inputs[2]] if len(node.inputs) > 2 else None
+    a = node.attrs
+    sizes = transpose_sizes(x, w, like, a["stride"], a["padding"], a["dilation"], a["groups"], a["output_padding"])
+    return [((size,), node.dtype) for size in sizes]
+
+
+def weight_scratch(node, shapes):
+    """The buffers a plan hands conv2d_weight's kernel: the patches, g widened."""
+    x, g = (shapes[i] for i in node.inputs[:2])
+    a = node.attrs
+    kernel = a["kernel"] or shapes[node.inputs[2]][2:]
+    sizes = weight_sizes(x, g, kernel, a["stride"], a["padding"], a["dilation"], a["groups"])
+    return [((size,), node.dtype) for size in sizes]
 
 
 _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER, torch=torch_conv2d,
@@ -127,10 +154,11 @@ _CONV2D = defop("conv2d", conv2d_kernel, conv2d_spec, _conv2d_vjp, OUT | C_ORDER
                 flops=_twice(scalar.conv2d_work), scalar_rule=scalar.conv2d_scalar, scalar_work=scalar.conv2d_work,
                 doc="conv2d(x, w): torch.nn.functional.conv2d over NCHW x, w (out, in/groups, kh, kw)")
 _TRANSPOSE = defop("conv_transpose2d", conv_transpose2d_kernel, transpose_spec, _transpose_vjp, OUT | C_ORDER,
-                   torch=_torch_transpose, flops=_twice(scalar.transpose_work), scalar_rule=scalar.transpose_scalar,
-                   scalar_work=scalar.transpose_work,
+                   torch=_torch_transpose, scratch=transpose_scratch, flops=_twice(scalar.transpose_work),
+                   scalar_rule=scalar.transpose_scalar, scalar_work=scalar.transpose_work,
                    doc="conv_transpose2d(x, w): torch.nn.functional.conv_transpose2d, w (in, out/groups, kh, kw)")
 _WEIGHT = defop("conv2d_weight", conv2d_weight_kernel, weight_spec, _weight_vjp, OUT | C_ORDER, torch=_torch_weight,
+                scratch=weight_scratch,
                 flops=_twice(scalar.weight_work), scalar_rule=scalar.weight_scalar, scalar_work=scalar.weight_work,
                 public=False, doc="conv2d_weight(x, g): the gradient of conv2d(x, w) with respect to w")
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..tensor import ShapeError, Tensor, TensorLike, format_shape, user_frame
 from .elementwise import as_float
 from .reduce import mean
-from .registry import SHAPE_REF, apply, check_arity, coerce, defop, integers, stored_flag
+from .registry import C_ORDER, OUT, SHAPE_REF, apply, check_arity, coerce, defop, integers, stored_flag
 from .shape import at_user_line
 
 MAX_ATTRS = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
@@ -174,12 +174,14 @@ def _picks_in_order(xp, views, first, shape):
     return [pick == k for k in range(len(views))]
 
 
-def _hits(x, attrs):
-    """(per window offset, a mask of the windows that pick it: one offset per window; the layout)."""
+def _hits(x, attrs, best=None):
+    """(per window offset, a mask of the windows that pick it: one offset per window; the layout).
+    ``best``: each window's maximum, when the caller has it (max_pool2d's result)."""
     layout = _layout(x.shape[-2:], attrs)
     out, padded, views, inner = layout
     xp = _padded(x, -np.inf, padded, inner)
-    best = _window_max(xp, views)
+    if best is None:
+        best = _window_max(xp, views)
     total = np.add.reduce(best, axis=None)       # (NaN if a window has a NaN, or holds inf and another -inf)
     if math.isnan(total) or (attrs["padding"] != (0, 0) and total == -np.inf):
         first = _first_inside(attrs, out)
@@ -191,7 +193,7 @@ def _hits(x, attrs):
         if taken is None:
             taken = hit.copy()
         else:
-            hit &= ~taken
+            np.greater(hit, taken, out=hit)     # (hit and not taken, in one pass)
             taken |= hit
         hits.append(hit)
     return hits, layout
@@ -204,23 +206,42 @@ def _masked(values, finite, hit):
 
 
 # ------------------------------------------------------------------ kernels
-def _window_max(xp, views):
-    result = np.array(xp[views[0]])
-    for view in views[1:]:
+def _window_max(xp, views, out=None):
+    if len(views) == 1:
+        if out is None:
+            return np.array(xp[views[0]])
+        np.copyto(out, xp[views[0]])
+        return out
+    result = np.maximum(xp[views[0]], xp[views[1]], out=out)
+    for view in views[2:]:
         np.maximum(result, xp[view], out=result)     # (NaN propagates: torch's maximum is NaN too)
     return result
 
 
-def _max_pool_kernel(x, **attrs):
+def _max_pool_kernel(x, out=None, **attrs):
     _, padded, views, inner = _layout(x.shape[-2:], attrs)
-    return _window_max(_padded(x, -np.inf, padded, inner), views)
+    return _window_max(_padded(x, -np.inf, padded, inner), views, out)
 
 
-def _max_pool_grad_kernel(x, g, **attrs):
-    hits, (_, padded, views, inner) = _hits(x, attrs)
+def _tiles(shape, attrs):
+    """Whether the windows tile the input: side by side, no padding, every element in one window."""
+    pooled = _pooled(shape[-2:], **attrs)
+    return attrs["padding"] == (0, 0) and attrs["dilation"] == (1, 1) and attrs["kernel_size"] == attrs["stride"] \
+        and all(o * s == n for o, s, n in zip(pooled, attrs["stride"], shape[-2:]))
+
+
+def _max_pool_grad_kernel(x, g, *pooled, out=None, **attrs):
+    """``pooled``: max_pool2d(x)'s result, if given (then the windows' maxima are not computed again)."""
+    hits, (_, padded, views, inner) = _hits(x, attrs, pooled[0] if pooled else None)
     g = g.astype(np.result_type(x.dtype, g.dtype), copy=False)
-    full = np.zeros(x.shape[:-2] + padded, g.dtype)
     finite = math.isfinite(np.add.reduce(g, axis=None))
+    if finite and _tiles(x.shape, attrs):
+        # every element is written once, by the offset of its window it is at: no zeros first
+        full = np.empty(x.shape, g.dtype) if out is None else out
+        for view, hit in zip(views, hits):
+            np.multiply(g, hit, out=full[view])
+        return full
+    full = np.zeros(x.shape[:-2] + padded, g.dtype)
     disjoint = all(s >= d * (k - 1) + 1 for k, s, d in zip(attrs["kernel_size"], attrs["stride"], attrs["dilation"]))
     for view, hit in zip(views, hits):
         target = full[view]
@@ -228,7 +249,10 @@ def _max_pool_grad_kernel(x, g, **attrs):
             np.multiply(g, hit, out=target)     # (each element in one window at most: nothing to add to)
         else:
             target += _masked(g, finite, hit)
-    return _cropped(full, inner)
+    if out is None:
+        return _cropped(full, inner)
+    np.copyto(out, full[inner])
+    return out
 
 
 def _max_pool_gather_kernel(x, h, **attrs):
@@ -293,7 +317,14 @@ def _scattered(x, g, attrs, keys):
 
 
 def _scatter_spec(inputs, **attrs):
-    """max_pool2d_grad(x, g)."""
+    """max_pool2d_grad(x, g) or max_pool2d_grad(x, g, pooled), pooled max_pool2d(x)'s result."""
+    if len(inputs) == 3:
+        x, pooled = inputs[0], inputs[2]
+        expected = _pooled_shape(x, attrs, MAX_ATTRS)
+        if not _fits(pooled.shape, expected) or pooled.dtype != x.dtype:
+            raise ShapeError(f"the pooled input must be max_pool2d(x): {format_shape(expected)} {x.dtype}, got "
+                             f"{format_shape(pooled.shape)} {pooled.dtype}")
+        inputs = inputs[:2]
     check_arity(inputs, 2)
     return _scattered(*inputs, attrs, MAX_ATTRS)
 
@@ -319,11 +350,12 @@ def _avg_grad_spec(inputs, **attrs):
 
 
 def _max_pool_vjp(g, out, x, **attrs):
-    return (apply("max_pool2d_grad", (x, g), attrs),)
+    # (the result handed on: the gradient's kernel then finds the windows' maxima without computing them)
+    return (apply("max_pool2d_grad", (x, g, out), attrs),)
 
 
-def _max_pool_grad_vjp(h, out, x, g, **attrs):
-    return None, apply("max_pool2d_gather", (x, h), attrs)
+def _max_pool_grad_vjp(h, out, x, g, *pooled, **attrs):
+    return (None, apply("max_pool2d_gather", (x, h), attrs)) + (None,) * len(pooled)
 
 
 def _max_pool_gather_vjp(g, out, x, h, **attrs):
@@ -358,7 +390,7 @@ def _torch_picks(T, x, attrs):
 
 
 def _torch_max_pool_grad(T, **attrs):
-    def run(x, g):
+    def run(x, g, *pooled):
         picks = _torch_picks(T, x, attrs).flatten(-2)
         g = g.to(T.promote_types(x.dtype, g.dtype))
         flat = T.zeros(x.shape[:-2] + (x.shape[-2] * x.shape[-1],), dtype=g.dtype)
@@ -383,9 +415,9 @@ def _torch_avg_pool_grad(T, **attrs):
 
 _NO_SCALAR_MAX = "no scalar form yet: Python's max does not pick NaN as torch's kernel does"
 _NO_SCALAR_AVG = "no scalar form yet: pooling is for images, far larger than the scalar path's plans"
-_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec(MAX_ATTRS), _max_pool_vjp, flops=_window_flops(None),
-                  torch=_torch_max_pool, unsupported={"scalar": _NO_SCALAR_MAX})
-_MAX_POOL_GRAD = defop("max_pool2d_grad", _max_pool_grad_kernel, _scatter_spec, _max_pool_grad_vjp,
+_MAX_POOL = defop("max_pool2d", _max_pool_kernel, _pool_spec(MAX_ATTRS), _max_pool_vjp, OUT | C_ORDER,
+                  flops=_window_flops(None), torch=_torch_max_pool, unsupported={"scalar": _NO_SCALAR_MAX})
+_MAX_POOL_GRAD = defop("max_pool2d_grad", _max_pool_grad_kernel, _scatter_spec, _max_pool_grad_vjp, OUT | C_ORDER,
                        flops=_window_flops(1), torch=_torch_max_pool_grad, public=False,
                        unsupported={"scalar": _NO_SCALAR_MAX},
                        doc="zeros of x's shape with each g added at the element max_pool2d picks in its window")
@@ -425,12 +457,14 @@ def avg_pool2d(x: TensorLike, kernel_size, stride=None, padding=0, ceil_mode=Fal
 
 def _max_pool_internal(opdef, doc):
     """The public function of max_pool2d_grad or max_pool2d_gather: x, then the gradient or the values to pick
-    from, then max_pool2d's arguments."""
+    from, then max_pool2d's arguments; ``pooled`` (max_pool2d_grad only): max_pool2d(x, ...) if at hand."""
     def build(x: TensorLike, other: TensorLike, kernel_size, stride=None, padding=0, dilation=1,
-              ceil_mode=False) -> Tensor:
-        x, other = coerce(x, other)
+              ceil_mode=False, *, pooled=None) -> Tensor:
+        inputs = coerce(x, other) if pooled is None else coerce(x, other, pooled)
+        if pooled is not None and opdef is not _MAX_POOL_GRAD:
+            raise TypeError(f"{opdef.name} takes no pooled input")
         attrs = at_user_line(opdef.name, pool_attrs, kernel_size, stride, padding, dilation, ceil_mode)
-        return apply(opdef.name, (x, other), attrs)
+        return apply(opdef.name, inputs, attrs)
     build.__doc__ = doc
     return opdef.publish(build)
 

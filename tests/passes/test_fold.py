@@ -76,3 +76,26 @@ def test_the_pass_alone_reports_nothing_on_a_graph_without_convolutions():
     x = sg.placeholder((3,), name="x")
     graph = graph_of([sg.relu(x + 1.0)], [x])
     assert fold.run(graph) == (graph, fold.PassStats("fold", changed=0))
+
+
+@pytest.mark.parametrize("pool", [dict(kernel_size=2), dict(kernel_size=3, stride=1, padding=1)])
+def test_a_relus_gradient_after_max_pooling_is_masked_per_window(pool):
+    x = sg.placeholder((None, 2, 6, 6), dtype="float64", name="x", requires_grad=True)
+    w = sg.parameter(RNG.normal(size=(2, 2, 3, 3)), name="w")
+    h = sg.relu(sg.conv2d(x, w, padding=1))
+    loss = sg.sum(sg.square(sg.max_pool2d(h, **pool) - 0.5))
+    X = RNG.normal(size=(3, 2, 6, 6))
+    X[0, 0] = 0.0                # (windows of zeros: ties, and a ReLU mask of zeros)
+    f = _compare([loss] + sg.grad(loss, [w, x]), x, X)
+    assert [r["details"] for r in f.report() if r["pass"] == "fold"] == [{"max_pool2d_grad masked": 1}]
+    (step,) = [n for n in f.ir.nodes.values() if n.op == "where"]
+    assert tuple(step.shape) == (None, 2) + tuple(sg.max_pool2d(h, **pool).shape[2:])
+
+
+def test_a_mask_of_another_array_is_left_alone():
+    x = sg.placeholder((2, 2, 4, 4), dtype="float64", name="x")
+    h = sg.relu(x)
+    g = sg.placeholder((2, 2, 2, 2), dtype="float64", name="g")
+    grad = sg.ops.max_pool2d_grad(h, g, 2, pooled=sg.max_pool2d(h, 2))
+    graph = graph_of([sg.where(x > 0, grad, 0.0), sg.where(h > 1.0, grad, 0.0)], [x, g])
+    assert fold.run(graph)[1].changed == 0

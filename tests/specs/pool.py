@@ -130,7 +130,7 @@ def _max_specs():
              (lambda a: lambda x: max_ref(x, a))(a), tag=tag,
              torch=(lambda args: lambda T, x: T.nn.functional.max_pool2d(x, *args))(args))
     # (values of at most 48 elements: the fuzzer takes no larger)
-    grads = [("3x3-stride1-overlapping", (1, 1, 5, 5), _full(3, 1)), cases[4],
+    grads = [("3x3-stride1-overlapping", (1, 1, 5, 5), _full(3, 1)), cases[4], ("2x2-tiles", (1, 2, 4, 6), _full(2, 2)),
              ("non-square-3d-input", (2, 4, 5), _full((2, 3), (1, 2), (1, 0)))]
     for tag, shape, a in grads:
         out = max_ref(np.zeros(shape), a).shape
@@ -138,6 +138,10 @@ def _max_specs():
         spec("max_pool2d_grad", (lambda args: lambda x, g: sg.ops.max_pool2d_grad(x, g, *args))(args),
              inputs(distinct(*shape), normal(*out)), (lambda a: lambda x, g: max_grad_ref(x, g, a))(a), tag=tag,
              torch=(lambda args: lambda T, x, g: _torch_max_grad(T, x, g, args))(args))
+        spec("max_pool2d_grad", (lambda args: lambda x, g: sg.ops.max_pool2d_grad(
+                 x, g, *args, pooled=sg.max_pool2d(x, *args)))(args),
+             inputs(distinct(*shape), normal(*out)), (lambda a: lambda x, g: max_grad_ref(x, g, a))(a),
+             tag=tag + "-pooled-given", torch=(lambda args: lambda T, x, g: _torch_max_grad(T, x, g, args))(args))
         spec("max_pool2d_gather", (lambda args: lambda x, h: sg.ops.max_pool2d_gather(x, h, *args))(args),
              inputs(distinct(*shape), normal(*shape)), (lambda a: lambda x, h: gather_ref(x, h, a))(a), tag=tag,
              torch=(lambda args: lambda T, x, h: _torch_gather(T, x, h, args))(args))
@@ -175,7 +179,7 @@ def _avg_specs():
         spec("avg_pool2d", (lambda args: lambda x: sg.avg_pool2d(x, *args))(args), inputs(normal(*shape)),
              (lambda a: lambda x: avg_ref(x, a))(a), tag=tag,
              torch=(lambda args: lambda T, x: T.nn.functional.avg_pool2d(x, *args))(args))
-    grads = [("3x3-stride1-overlapping", (1, 1, 5, 5), _full(3, 1)), cases[4],
+    grads = [("3x3-stride1-overlapping", (1, 1, 5, 5), _full(3, 1)), cases[4], ("2x2-tiles", (1, 2, 4, 6), _full(2, 2)),
              ("ceil-mode-without-pad", (2, 6, 3), _full(3, 2, 1, ceil_mode=True, count_include_pad=False)), cases[6]]
     for tag, shape, a in grads:
         out = avg_ref(np.zeros(shape), a).shape
