@@ -120,10 +120,14 @@ def uniform(shape: Shape, key: Tensor | None = None, low: float = 0.0, high: flo
     return u + low if low != 0.0 else u
 
 
-def bernoulli(shape: Shape, p: float = 0.5, key: Tensor | None = None, dtype: npt.DTypeLike = "float64",
+def bernoulli(shape: Shape, key: Tensor | None = None, p: float = 0.5, dtype: npt.DTypeLike = "float64",
               like: TensorLike | None = None) -> Tensor:
     """1 with probability ``p`` (a number in [0, 1], resolved to 2**-32), else 0, as ``dtype`` (a float, or
-    bool), of ``shape`` (or ``like``'s run-time shape), from ``key`` (None: the default key)."""
+    bool), of ``shape`` (or ``like``'s run-time shape), from ``key`` (None: the default key). The key comes
+    second, as for normal and uniform: ``bernoulli(shape, key, p=0.25)``."""
+    if isinstance(key, (int, float)) and not isinstance(key, bool):
+        raise TypeError(f"bernoulli: the second argument is the key; give the probability as p={key!r} "
+                        f"(at {user_frame()})")
     p = _probability(p, "bernoulli")
     return random_bernoulli(_key(key, "bernoulli"), *_shape_and_like(shape, like, "bernoulli"), p=p, dtype=dtype)
 

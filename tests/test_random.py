@@ -97,7 +97,7 @@ def test_a_draw_whose_value_nothing_reads_still_moves_its_key_on():
 def test_normal_uniform_and_bernoulli_follow_numpy_from_the_same_stream():
     k = sg.random.key(21)
     f = sg.compile([sg.random.normal((2, 2), k, mean=1.0, std=3.0), sg.random.uniform((5,), k, low=2.0, high=4.0),
-                    sg.random.bernoulli((3, 3), 0.25, k)])
+                    sg.random.bernoulli((3, 3), k, p=0.25)])
     n, u, b = f()
     np.testing.assert_allclose(n, 1.0 + 3.0 * np.random.Generator(stream([21, 0])).standard_normal((2, 2)), rtol=1e-15)
     np.testing.assert_allclose(u, 2.0 + 2.0 * np.random.Generator(stream([21, 1])).random(5), rtol=1e-15)
@@ -108,7 +108,7 @@ def test_float32_draws():
     k = sg.random.key(2)
     x = sg.placeholder((None, 4), dtype="float32", name="x")
     outs = [sg.random.normal(x.shape, k, dtype="float32", like=x), sg.random.uniform((3,), k, dtype="float32"),
-            sg.random.bernoulli((3,), 0.5, k, dtype="float32"), sg.dropout(x, 0.5, key=k)]
+            sg.random.bernoulli((3,), k, p=0.5, dtype="float32"), sg.dropout(x, 0.5, key=k)]
     for value in sg.compile(outs, [x])(np.ones((2, 4), np.float32)):
         assert value.dtype == np.float32
     np.testing.assert_array_equal(sg.compile(outs[0], [x])(np.ones((2, 4), np.float32)),
@@ -228,7 +228,9 @@ def test_bad_shapes_keys_and_numbers_are_refused_at_build():
     with pytest.raises(TypeError, match="random_normal: a key is a float64 tensor of shape"):
         sg.random.normal((3,), sg.parameter(np.zeros(3), requires_grad=False))
     with pytest.raises(ValueError, match="bernoulli: p must be between 0 and 1"):
-        sg.random.bernoulli((3,), 1.5)
+        sg.random.bernoulli((3,), p=1.5)
+    with pytest.raises(TypeError, match="bernoulli: the second argument is the key; give the probability as p=0.25"):
+        sg.random.bernoulli((3,), 0.25)
     with pytest.raises(ValueError, match="normal: std must be >= 0"):
         sg.random.normal((3,), std=-1.0)
     with pytest.raises(TypeError, match="normal: mean must be a number"):
