@@ -23,7 +23,8 @@ def add_update(anchor: Tensor, param: Tensor, step, what: str):
                               f"(at {user_frame()})")
     if anchor.meta is None:
         anchor.meta = {}
-    anchor.meta.setdefault("updates", []).append((param, step, what))
+    # (the step is built at compile time: it gets the name scopes open now, so pictures draw it in its layer)
+    anchor.meta.setdefault("updates", []).append((param, step, what, CONTEXT.scopes))
 
 
 def has_updates(t) -> bool:
@@ -36,13 +37,22 @@ def implicit_updates(found: dict) -> list:
     chains: dict[int, list] = {}
     for i in sorted(i for i, t in found.items() if t.meta is not None and "updates" in t.meta):
         anchor = found[i]
-        for param, step, what in anchor.meta["updates"]:
-            chains.setdefault(param.id, []).append((anchor, param, step, what))
+        for param, step, what, scopes in anchor.meta["updates"]:
+            chains.setdefault(param.id, []).append((anchor, param, step, what, scopes))
     out = []
     for chain in chains.values():
         value = chain[0][1]
-        for anchor, _, step, _ in chain:
-            with building(role="forward", source=anchor.source):
-                value = step(value)
+        for anchor, _, step, _, scopes in chain:
+            value = _built_in(scopes, anchor.source, step, value)
         out.append((chain[0][1], value, chain[0][3]))
     return out
+
+
+def _built_in(scopes, source, step, value):
+    """``step(value)`` built in the name scopes ``scopes``, its nodes pointing at ``source``."""
+    saved, CONTEXT.scopes = CONTEXT.scopes, scopes
+    try:
+        with building(role="forward", source=source):
+            return step(value)
+    finally:
+        CONTEXT.scopes = saved

@@ -81,3 +81,14 @@ def test_a_saved_function_keeps_its_state_update(tmp_path):
     (state,) = loaded.parameters()
     assert np.all(s.value == 0)                       # the loaded function has its own copy
     np.testing.assert_allclose(state.value, 1.0)
+
+
+def test_a_step_is_built_in_the_name_scopes_open_at_its_anchor():
+    x = sg.placeholder((3,), name="x")
+    s = _state()
+    with sg.name_scope("layer"):
+        y = x * 2.0
+        effects.add_update(y, s, lambda v: v * 0.5 + y, "a running value")
+    ((param, expr, what),) = effects.implicit_updates({y.id: y})
+    assert param is s and what == "a running value"
+    assert expr.scope == "layer" and expr.inputs[0].scope == "layer"

@@ -7,13 +7,11 @@ whenever the output is computed; on an eager input they change at once, as torch
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 import numpy as np
 
 from .. import effects, ops
 from ..ops.registry import as_tensor
-from ..tensor import CONTEXT, ShapeError, Tensor, format_shape, name_scope, user_frame
+from ..tensor import ShapeError, Tensor, format_shape, user_frame
 
 
 def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, training=False, momentum=0.1,
@@ -124,21 +122,8 @@ def _track(anchor, x, pairs, momentum):
             _set_now(state, momentum * batch.value, 1 - momentum, what)
         return
     for state, batch, what in pairs:
-        scoped_update(anchor, state, lambda value, batch=batch: value * (1 - momentum) + batch * momentum,
+        effects.add_update(anchor, state, lambda value, batch=batch: value * (1 - momentum) + batch * momentum,
                       f"batch_norm's {what}")
-
-
-def scoped_update(anchor, state, step, what):
-    """effects.add_update, with ``step`` building in the name scopes open now: its nodes, made at compile
-    time, are drawn in the layer's box all the same."""
-    scopes = CONTEXT.scopes
-
-    def scoped(value):
-        with ExitStack() as stack:
-            for name in scopes:
-                stack.enter_context(name_scope(name))
-            return step(value)
-    effects.add_update(anchor, state, scoped, what)
 
 
 def _set_now(state, step, keep, what):

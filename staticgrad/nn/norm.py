@@ -12,10 +12,10 @@ import numbers
 
 import numpy as np
 
-from .. import eager, random
+from .. import eager, effects, random
 from ..ops.registry import as_tensor
 from ..tensor import ShapeError, format_shape, parameter, user_frame
-from .functional import batch_norm, layer_norm, scoped_update
+from .functional import batch_norm, layer_norm
 from .layers import Module, layer_scope
 from .sequence import _load
 
@@ -66,7 +66,7 @@ class _BatchNorm(Module):
         if eager.is_eager(x):
             counter.value = counter.value + 1
         else:
-            scoped_update(y, counter, lambda v: v + 1.0, f"{self.kind}'s batch count")
+            effects.add_update(y, counter, lambda v: v + 1.0, f"{self.kind}'s batch count")
 
     def state_dict(self) -> dict:
         """{torch's name: a copy of its value}: weight, bias, running_mean, running_var, num_batches_tracked
