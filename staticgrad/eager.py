@@ -8,7 +8,9 @@ and static gradients are built from one definition, and ``create_graph=True`` ma
 themselves taped and can be differentiated again.
 
 The same model function runs in both modes: called with placeholders and parameters it builds a graph,
-called with eager tensors it computes values.
+called with eager tensors it computes values. A parameter is a leaf of both: an eager op reads its value as
+it is now and ``backward`` leaves its gradient in its ``.grad``, so ``nn`` modules and optimizers built over
+parameters run define-by-run as they are.
 """
 from __future__ import annotations
 

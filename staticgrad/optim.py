@@ -6,6 +6,9 @@ count) lives in parameters of the graph, so one compiled call does the whole ste
 it and ``sg.save_parameters(step_fn, ...)`` checkpoints it. The learning rate is a parameter too: set
 ``opt.lr = 0.01`` between calls to schedule it without recompiling.
 
+Define-by-run, the same optimizer object works as torch.optim's: ``loss.backward()`` fills the parameters'
+``.grad``, ``opt.step()`` applies the same update arithmetic at once, ``opt.zero_grad()`` clears them.
+
 The arithmetic follows torch.optim's single-tensor implementations term by term, so the two agree to
 rounding (tests check 100 steps at rtol 1e-9).
 """
