@@ -92,8 +92,12 @@ class Optimizer:
 
     def updates(self, loss) -> list:
         """(parameter, new value) pairs for one step on ``loss``, state included."""
+        name = type(self).__name__
+        if eager.is_eager(loss):
+            raise TypeError(f"{name}.updates builds the step as graph, for sg.compile; with an eager loss call "
+                            f"loss.backward() and then opt.step()")
         if not isinstance(loss, Tensor) or loss.shape != ():
-            raise ValueError(f"{type(self).__name__}.updates: loss must be a scalar tensor, got {loss!r}")
+            raise ValueError(f"{name}.updates: loss must be a scalar tensor, got {_describe(loss)}")
         grads = grad(loss, self.params)
         return self.step_updates(grads)
 

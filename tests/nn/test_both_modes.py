@@ -152,6 +152,9 @@ def test_optimizer_errors_are_short_and_name_the_tensor():
         optim.Adam([big])
     assert str(err.value) == ("optimizer: eager tensor 'big' of shape (300, 300) does not require grad, so it "
                               "cannot be trained")
+    with pytest.raises(TypeError, match=r"^Adam.updates builds the step as graph.* call loss.backward\(\)"):
+        model = nn.Linear(4, 3)
+        optim.Adam(model).updates(nn.softmax_cross_entropy(model(eager.tensor(X)), Y))
     with pytest.raises(TypeError) as err:
         optim.SGD([np.zeros((300, 300))], lr=0.1)
     assert len(str(err.value)) < 200 and "ndarray of shape (300, 300)" in str(err.value)
