@@ -22,7 +22,7 @@ checks this against every import in the package, and that no imports go round in
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit
-    study                                    the static vs dynamic study (loaded on demand)
+    study distributed                        the static vs dynamic study; training on Dask (both on demand)
     staticgrad                               this file: the public API
     cli demo __main__                        the staticgrad command
 """
@@ -67,10 +67,11 @@ __all__ = [
     "LoadLimitError", "GraphvizNotFound",
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
     "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm", "global_avg_pool2d", "dropout",
-    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "conv1d", "random",
+    "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "distributed", "conv1d", "random",
 ] + sorted(_OPS)
 
-_ON_DEMAND = ("study",)       # the study imports the timing and comparison code: only when asked for
+# The study imports the timing and comparison code, distributed is for a Dask cluster: only when asked for.
+_ON_DEMAND = ("study", "distributed")
 
 
 def __getattr__(name):
