@@ -81,14 +81,15 @@ def test_imports_form_no_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
-def test_importing_staticgrad_loads_no_study_benchmark_or_numba_module():
+def test_importing_staticgrad_loads_no_study_benchmark_numba_or_dask_module():
     code = ("import sys, staticgrad\n"
             "print(' '.join(m for m in sys.modules if m.startswith(('staticgrad.study', 'benchmarks', 'numba',"
-            " 'staticgrad.lower.numba', 'torch'))))")
+            " 'staticgrad.lower.numba', 'torch', 'staticgrad.distributed', 'dask', 'distributed'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
     assert sg.study.compare.__module__ == "staticgrad.study"          # loaded when asked for
+    assert sg.distributed.DataParallel.__module__ == "staticgrad.distributed.parallel"
 
 
 def test_dir_lists_the_public_api_only():

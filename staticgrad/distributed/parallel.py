@@ -35,10 +35,11 @@ def _distributed():
 
 
 class WorkerLost(Exception):
-    """Workers left (or lost what a step needed) before their shards came back."""
+    """Workers left (or lost what a step needed) before their shards came back. ``gone``: whether they are
+    left out when the step is run again (not when they only need every parameter value sent again)."""
 
-    def __init__(self, workers, reason):
-        self.workers = set(workers)
+    def __init__(self, workers, reason, gone=True):
+        self.workers, self.gone = set(workers), gone
         super().__init__(f"worker(s) {', '.join(sorted(self.workers))} {reason}")
 
 
@@ -71,11 +72,12 @@ def _nbytes(value) -> int:
 
 
 class _Peer:
-    """The driver's record of one worker: its copy of the function's file (a future), and which parameter
-    arrays (by identity) it holds the values of; None for one it may not hold."""
+    """The driver's record of one worker: its copy of the function's file (a future), which parameter
+    arrays (by identity) it holds the values of (None for one it may not hold), and since which step
+    (``base``, -1: the values in the file, or none assumed)."""
 
     def __init__(self, graph, held):
-        self.graph, self.held, self.pending = graph, list(held), None
+        self.graph, self.held, self.base, self.pending = graph, list(held), -1, None
 
     def changed(self, params) -> dict:
         return {k: p.value for k, (p, held) in enumerate(zip(params, self.held)) if p.value is not held}
@@ -104,6 +106,10 @@ class DataParallel:
         if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "params"):
             raise TypeError(f"DataParallel: expected a staticgrad.optim optimizer, got {type(optimizer).__name__}")
         self.inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+        for x in self.inputs:
+            if isinstance(x, Tensor) and x.op == "placeholder" and x.shape[:1] != (None,):
+                raise ValueError(f"DataParallel: input {x.label()!r} has shape {x.shape}: the first axis of every "
+                                 f"input is the batch, split over the workers, so it must be None (any size)")
         self.optimizer, self.client, self.reduction, self.retries = optimizer, client, reduction, int(retries)
         self.function = compile([loss, *grad(loss, optimizer.params)], inputs=self.inputs)
         if self.function.ir.updates:
@@ -159,9 +165,8 @@ class DataParallel:
     def _batch(self, batch):
         if len(batch) != len(self.inputs):
             raise ValueError(f"DataParallel.step: expected {len(self.inputs)} arrays (one per input), got {len(batch)}")
-        arrays = [np.asarray(a) for a in batch]
-        sizes = {a.shape[0] if a.ndim else None for a in arrays}
-        if None in sizes or len(sizes) != 1 or 0 in sizes:
+        arrays = self.function.check_feeds(*batch)        # (a bad feed is refused here, before any is sent)
+        if len({len(a) for a in arrays}) != 1 or not len(arrays[0]):
             raise ValueError("DataParallel.step: the arrays must share a first axis of at least one row, got shapes "
                              + ", ".join(str(a.shape) for a in arrays))
         return arrays
@@ -179,12 +184,16 @@ class DataParallel:
             try:
                 results = self._collect(self._dispatch(jobs(workers), seq))
             except WorkerLost as lost:
-                excluded |= lost.workers
+                excluded |= lost.workers if lost.gone else set()
                 self._recover(excluded)
                 if relocate is not None:
                     relocate(exclude=excluded)
                 continue
-            return self._apply(results)
+            except BaseException:
+                self.client.cancel(self._attempt)       # (a shard's own error: the others' work is moot)
+                self._attempt = []
+                raise
+            return self._apply(results, seq)
         raise RuntimeError(f"DataParallel: the step was given up after {self.retries} retries: workers kept "
                            f"leaving ({', '.join(sorted(excluded))})")
 
@@ -222,8 +231,8 @@ class DataParallel:
                 raise err
         if failed:
             raise WorkerLost(failed, f"could not be reached: {next(iter(failed.values()))}")
-        for futures in sent.values():
-            self._attempt += list(futures.values())
+        for futures in sent.values():       # (what this step sent; a worker's copy of the function stays)
+            self._attempt += [f for key, f in futures.items() if "-function-" not in key]
         return {w: {name: sent[w][key] for name, key in zip(payloads[w], keyed[w])} if w in sent else {}
                 for w in payloads}
 
@@ -240,8 +249,8 @@ class DataParallel:
             else:
                 spans = [(start, stop) for _, start, stop, _ in job]
                 task, args = worker.piece_gradients, (spans, *[f for *_, futures in job for f in futures])
-            tasks[w] = self.client.submit(task, self.model_id, peer.graph, seq, mine.get("params"), *args,
-                                          key=f"{self.model_id}-grads-{token}-{k}", workers=[w], pure=False)
+            tasks[w] = self.client.submit(task, self.model_id, peer.graph, seq, peer.base, mine.get("params"),
+                                          *args, key=f"{self.model_id}-grads-{token}-{k}", workers=[w], pure=False)
         self._attempt += list(tasks.values())
         return tasks
 
@@ -267,9 +276,9 @@ class DataParallel:
             results = self.client.gather(futures, direct=True)
         except (OSError, CancelledError) as err:
             raise WorkerLost(tasks, f"lost results: {err}") from err
-        lost = [w for w, r in zip(tasks, results) if r is None]      # (a task that found newer values set)
+        lost = [w for w, r in zip(tasks, results) if r is None]
         if lost:
-            raise WorkerLost(lost, "answered for another step")
+            raise WorkerLost(lost, "no longer held the values its step was sent against", gone=False)
         return results
 
     def _recover(self, excluded):
@@ -282,9 +291,9 @@ class DataParallel:
             if w in excluded or peer.graph is None or peer.graph.status != "finished":
                 del self._peers[w]
             else:
-                peer.held, peer.pending = [None] * len(self._params), None
+                peer.held, peer.base, peer.pending = [None] * len(self._params), -1, None
 
-    def _apply(self, results) -> float:
+    def _apply(self, results, seq) -> float:
         """Combine the shards' losses and gradients, and update the parameters with the optimizer."""
         rows = [r[0] for r in results]
         total = sum(rows)
@@ -306,7 +315,7 @@ class DataParallel:
                 p.grad = None
         for peer in self._peers.values():
             if peer.pending is not None:
-                peer.held, peer.pending = peer.pending, None
+                peer.held, peer.base, peer.pending = peer.pending, seq, None
         self._attempt = []
         self.traffic.steps += 1
         return float(combined[0])

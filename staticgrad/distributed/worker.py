@@ -44,10 +44,12 @@ class _Model:
         self.lock = threading.Lock()
         self.seq = -1          # the step whose parameter values were set last
 
-    def set_params(self, seq, values):
-        """Take ``values`` ({index in fn.parameters(): array}) sent for step ``seq``. A task of an older step
-        (one the driver cancelled but that ran anyway) must not overwrite newer values."""
-        if seq < self.seq:
+    def set_params(self, seq, base, values):
+        """Take ``values`` ({index in fn.parameters(): array}) sent for step ``seq``, the changes since the
+        values of step ``base`` (-1: those in the file). False, and nothing set, for a task of an older step
+        (one the driver cancelled but that ran anyway), which must not overwrite newer values, and when this
+        process does not hold the values of step ``base`` (it forgot the model since)."""
+        if seq < self.seq or self.seq < base:
             return False
         for index, value in (values or {}).items():
             self.params[index].value = value
@@ -75,19 +77,20 @@ def hold(value):
     return value
 
 
-def shard_gradients(model_id, blob, seq, params, arrays):
+def shard_gradients(model_id, blob, seq, base, params, arrays):
     """The loss and the gradients on one shard: ``arrays`` are the shard's rows of each input, in the
-    function's input order; ``params`` the parameter values that changed since the worker's last step
-    ({index: array}, or None). Returns [rows, loss, gradient, ...] as numpy arrays."""
+    function's input order; ``params`` the parameter values that changed since step ``base`` ({index:
+    array}, or None). Returns [rows, loss, gradient, ...] as numpy arrays, or None when the values this
+    process holds are not those of step ``base`` (the driver then sends them all)."""
     m = model(model_id, blob)
     with m.lock:
-        if not m.set_params(seq, params):
+        if not m.set_params(seq, base, params):
             return None
         outputs = m.fn(*arrays)
     return [len(arrays[0])] + [np.asarray(v) for v in outputs]
 
 
-def piece_gradients(model_id, blob, seq, params, spans, *chunks):
+def piece_gradients(model_id, blob, seq, base, params, spans, *chunks):
     """As :func:`shard_gradients`, on the rows of chunks this worker holds: ``spans`` lists, per piece,
     (first row, end row) within its chunk, and ``chunks`` holds each piece's chunk of every input in
     turn (input 0 of piece 0, input 1 of piece 0, ..., input 0 of piece 1, ...)."""
@@ -96,5 +99,5 @@ def piece_gradients(model_id, blob, seq, params, spans, *chunks):
     for k in range(per):
         rows = [chunks[j * per + k][start:stop] for j, (start, stop) in enumerate(spans)]
         inputs.append(rows[0] if len(rows) == 1 else np.concatenate(rows))
-    return shard_gradients(model_id, blob, seq, params, inputs)
+    return shard_gradients(model_id, blob, seq, base, params, inputs)
 
