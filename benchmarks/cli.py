@@ -99,6 +99,10 @@ def add_arguments(parser):
     parser.add_argument("--huge", action="store_true",
                         help="instead: the huge-graph measurement (benchmarks/huge.py: a 100,002- and a "
                              "1,000,002-op chain, build/grad/compile/first call seconds and peak RSS)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="instead: data-parallel training on a local Dask cluster (benchmarks/distributed.py: "
+                             "a 784-1024-1024-10 MLP step on batch 4,096, 1 process vs 2 workers; needs "
+                             "dask[distributed]; --rounds applies)")
     return parser
 
 
@@ -169,6 +173,13 @@ def run_from_args(args, relaunch=None) -> int:
         out = args.out if args.out is None or args.out.endswith(".json") else os.path.join(
             args.out, time.strftime("huge-%Y%m%d-%H%M%S.json"))
         return huge_main([] if out is None else ["--out", out])
+    if getattr(args, "distributed", False):
+        # (benchmarks/distributed.py runs itself again in the benchmark environment)
+        from .distributed import main as distributed_main
+        out = args.out if args.out is None or args.out.endswith(".json") else os.path.join(
+            args.out, time.strftime("distributed-%Y%m%d-%H%M%S.json"))
+        return distributed_main([*([] if out is None else ["--out", out]),
+                                 *([] if not args.rounds else ["--rounds", str(args.rounds)])])
     if relaunch is not None and os.environ.get(CHILD_MARK) != "1":
         return subprocess.call(relaunch, env=bench_env(args.threads), cwd=ROOT)
     settings = settings_from_args(args)

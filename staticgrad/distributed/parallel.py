@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from concurrent.futures import CancelledError
 
@@ -123,6 +124,9 @@ class DataParallel:
         self._seq = itertools.count()
         self.traffic = Traffic()
         self.redone = 0            # steps run again after losing a worker
+        # Seconds the driver spent sending, waiting for the shards, receiving their results, and combining
+        # them and updating; "shard": the slowest shard's own call on its worker, step by step (of the wait).
+        self.timings = dict.fromkeys(("send", "wait", "receive", "update", "shard"), 0.0)
 
     def __repr__(self):
         return f"<DataParallel {self.model_id} on {len(self._peers)} workers, {self.traffic.steps} steps>"
@@ -182,7 +186,10 @@ class DataParallel:
                 raise RuntimeError("DataParallel: no workers left in the cluster")
             self._attempt = []
             try:
-                results = self._collect(self._dispatch(jobs(workers), seq))
+                started = time.perf_counter()
+                tasks = self._dispatch(jobs(workers), seq)
+                self.timings["send"] += time.perf_counter() - started
+                results = self._collect(tasks)
             except WorkerLost as lost:
                 excluded |= lost.workers if lost.gone else set()
                 self._recover(excluded)
@@ -256,7 +263,7 @@ class DataParallel:
 
     def _collect(self, tasks) -> list:
         """Each task's result, in order, once all are back; WorkerLost if a worker left first."""
-        futures = list(tasks.values())
+        futures, started = list(tasks.values()), time.perf_counter()
         while True:
             try:
                 self._dd.wait(futures, timeout=self.poll_seconds)
@@ -272,14 +279,18 @@ class DataParallel:
                 f.result()             # the shard's own error (a feed that does not fit, say): raised as it is
             if f.status != "finished":
                 raise WorkerLost([w], f"lost its shard ({f.status})")
+        waited = time.perf_counter()
+        self.timings["wait"] += waited - started
         try:
             results = self.client.gather(futures, direct=True)
         except (OSError, CancelledError) as err:
             raise WorkerLost(tasks, f"lost results: {err}") from err
+        self.timings["receive"] += time.perf_counter() - waited
         lost = [w for w, r in zip(tasks, results) if r is None]
         if lost:
             raise WorkerLost(lost, "no longer held the values its step was sent against", gone=False)
-        return results
+        self.timings["shard"] += max(r[1] for r in results)
+        return [[r[0], *r[2:]] for r in results]
 
     def _recover(self, excluded):
         """Forget what the failed attempt sent: its futures, the workers gone, and what the others hold
@@ -295,6 +306,7 @@ class DataParallel:
 
     def _apply(self, results, seq) -> float:
         """Combine the shards' losses and gradients, and update the parameters with the optimizer."""
+        started = time.perf_counter()
         rows = [r[0] for r in results]
         total = sum(rows)
         weights = [n / total for n in rows] if self.reduction == "mean" else [1.0] * len(rows)
@@ -318,6 +330,7 @@ class DataParallel:
                 peer.held, peer.base, peer.pending = peer.pending, seq, None
         self._attempt = []
         self.traffic.steps += 1
+        self.timings["update"] += time.perf_counter() - started
         return float(combined[0])
 
     # ----------------------------------------------------------------- the end

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 
 import numpy as np
 
@@ -52,7 +53,12 @@ class _Model:
         if seq < self.seq or self.seq < base:
             return False
         for index, value in (values or {}).items():
-            self.params[index].value = value
+            param = self.params[index]
+            if (isinstance(value, np.ndarray) and value.dtype == param.dtype and value.shape == param.shape
+                    and value.flags.c_contiguous):
+                param._value = value      # (it came for this parameter alone: no copy of megabytes a step)
+            else:
+                param.value = value
         self.seq = seq
         return True
 
@@ -80,14 +86,16 @@ def hold(value):
 def shard_gradients(model_id, blob, seq, base, params, arrays):
     """The loss and the gradients on one shard: ``arrays`` are the shard's rows of each input, in the
     function's input order; ``params`` the parameter values that changed since step ``base`` ({index:
-    array}, or None). Returns [rows, loss, gradient, ...] as numpy arrays, or None when the values this
-    process holds are not those of step ``base`` (the driver then sends them all)."""
+    array}, or None). Returns [rows, seconds the call took, loss, gradient, ...], or None when the values
+    this process holds are not those of step ``base`` (the driver then sends them all)."""
     m = model(model_id, blob)
     with m.lock:
         if not m.set_params(seq, base, params):
             return None
+        started = time.perf_counter()
         outputs = m.fn(*arrays)
-    return [len(arrays[0])] + [np.asarray(v) for v in outputs]
+        seconds = time.perf_counter() - started
+    return [len(arrays[0]), seconds] + [np.asarray(v) for v in outputs]
 
 
 def piece_gradients(model_id, blob, seq, base, params, spans, *chunks):

@@ -42,14 +42,14 @@ def test_a_shard_runs_on_the_model_loaded_once_with_the_values_sent():
     blob, model_id = worker.to_bytes(fn), f"test-{uuid.uuid4().hex}"
     X, T = _batch()
     try:
-        rows, *out = worker.shard_gradients(model_id, blob, 0, -1, None, [X, T])
-        assert rows == 10
+        rows, seconds, *out = worker.shard_gradients(model_id, blob, 0, -1, None, [X, T])
+        assert rows == 10 and seconds > 0
         for a, b in zip(out, fn(X, T)):
             np.testing.assert_array_equal(a, b)
         first = worker.model(model_id, b"never read again")
         # new values for parameter 0 only: the shard runs on them, the others kept
         new = params[0].value * 2
-        rows, *out = worker.shard_gradients(model_id, blob, 1, 0, {0: new}, [X, T])
+        rows, seconds, *out = worker.shard_gradients(model_id, blob, 1, 0, {0: new}, [X, T])
         assert worker.model(model_id, blob) is first
         params[0].value = new
         for a, b in zip(out, fn(X, T)):
@@ -91,7 +91,7 @@ def test_pieces_of_several_chunks_make_one_shard():
     X, T = _batch(30)
     chunks = [X[:10], T[:10], X[10:], T[10:]]               # two chunks, each input's in turn
     try:
-        rows, *out = worker.piece_gradients(model_id, blob, 0, -1, None, [(2, 6), (0, 5)], *chunks)
+        rows, seconds, *out = worker.piece_gradients(model_id, blob, 0, -1, None, [(2, 6), (0, 5)], *chunks)
         assert rows == 9
         rows_read = np.r_[2:6, 10:15]
         for a, b in zip(out, fn(X[rows_read], T[rows_read])):
