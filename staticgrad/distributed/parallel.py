@@ -94,6 +94,11 @@ class DataParallel:
     them, so they are added. staticgrad cannot tell which from the graph: any other dependence on the batch
     (batch statistics, say) makes the combined gradient differ from the whole batch's. ``retries``: how many
     times one step is run again after losing workers before giving up.
+
+    The parameters stay the driver's: read them, checkpoint them or change the learning rate between steps
+    as in one process. A worker is sent the arrays that are not the ones it was last sent: assign a new
+    value (``p.value = ...``) rather than writing into the array a parameter holds. ``traffic`` counts the
+    bytes sent and received, ``timings`` where the driver's time went, ``redone`` the steps run again.
     """
 
     poll_seconds = 0.5         # how often a waiting step asks the scheduler whether its workers are still there
@@ -197,8 +202,7 @@ class DataParallel:
                     relocate(exclude=excluded)
                 continue
             except BaseException:
-                self.client.cancel(self._attempt)       # (a shard's own error: the others' work is moot)
-                self._attempt = []
+                self._cancel()          # (a shard's own error: the others' work is moot)
                 raise
             return self._apply(results, seq)
         raise RuntimeError(f"DataParallel: the step was given up after {self.retries} retries: workers kept "
@@ -292,11 +296,17 @@ class DataParallel:
         self.timings["shard"] += max(r[1] for r in results)
         return [[r[0], *r[2:]] for r in results]
 
+    def _cancel(self):
+        """Cancel what the attempt sent and submitted; no worker is taken to hold what it was sent."""
+        self.client.cancel(self._attempt)
+        self._attempt = []
+        for peer in self._peers.values():
+            peer.pending = None
+
     def _recover(self, excluded):
         """Forget what the failed attempt sent: its futures, the workers gone, and what the others hold
         (a task cancelled before it ran never took its values), so the next attempt sends every value."""
-        self.client.cancel(self._attempt)
-        self._attempt = []
+        self._cancel()
         self.redone += 1
         for w, peer in list(self._peers.items()):
             if w in excluded or peer.graph is None or peer.graph.status != "finished":
@@ -329,6 +339,9 @@ class DataParallel:
             if peer.pending is not None:
                 peer.held, peer.base, peer.pending = peer.pending, seq, None
         self._attempt = []
+        # A worker that joins from now on gets every value with its first step: the driver stops keeping
+        # the arrays the file was written from.
+        self._shipped = [None] * len(self._params)
         self.traffic.steps += 1
         self.timings["update"] += time.perf_counter() - started
         return float(combined[0])
