@@ -73,17 +73,19 @@ def _busy_cpu_seconds():
 
 
 def _our_cpu_seconds():
-    """CPU seconds of this process and its children (the cluster's scheduler lives here, the workers below)."""
+    """(CPU seconds of this process, of its children): the driver, with the cluster's scheduler and nannies
+    on its event loop, and the worker processes."""
     import psutil
     me = psutil.Process()
-    total = 0.0
-    for proc in [me] + me.children(recursive=True):
+    children = 0.0
+    for proc in me.children(recursive=True):
         try:
             times = proc.cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system
-    return total
+        children += times.user + times.system
+    mine = me.cpu_times()
+    return mine.user + mine.system, children
 
 
 def _timed(run, steps) -> dict:
@@ -94,8 +96,9 @@ def _timed(run, steps) -> dict:
     run()
     seconds = time.perf_counter() - started
     loop_after, busy_after, ours_after = _loopback_bytes(), _busy_cpu_seconds(), _our_cpu_seconds()
-    others = None if busy is None or busy_after is None else max(busy_after - busy - (ours_after - ours), 0.0)
-    return {"seconds": seconds / steps,
+    driver, workers = (after - before for before, after in zip(ours, ours_after))
+    others = None if busy is None or busy_after is None else max(busy_after - busy - driver - workers, 0.0)
+    return {"seconds": seconds / steps, "driver_cpu_s": driver / steps, "workers_cpu_s": workers / steps,
             "loopback_bytes": None if loop is None or loop_after is None else (loop_after - loop) / steps,
             "others_cpu_share": None if others is None else others / (seconds * os.cpu_count())}
 
@@ -213,6 +216,10 @@ def _machine() -> dict:
     return machine_info()
 
 
+def _median(result, key) -> float:
+    return float(np.median([row[key] for row in result["rounds"]]))
+
+
 def _mb(n) -> str:
     return "-" if n is None else f"{n / 1e6:.1f} MB"
 
@@ -231,7 +238,10 @@ def format_table(doc) -> str:
                      f"{_mb(d.get('received')):>9} {_mb(r['loopback_bytes_per_step']):>9} "
                      f"{np.median(others) * 100 if others else float('nan'):>6.0f}%")
     lines += ["(sent, received: the driver's payload, DataParallel.traffic; loopback: every byte over lo, Dask's "
-              "messages included; others: the share of the machine's CPU other processes took meanwhile)"]
+              "messages included; others: the share of the machine's CPU other processes took meanwhile)", "",
+              "CPU seconds per step (median): " + "; ".join(
+                  f"{name}: this process {_median(r, 'driver_cpu_s') * 1e3:.0f} ms, workers "
+                  f"{_median(r, 'workers_cpu_s') * 1e3:.0f} ms" for name, r in res.items())]
     lines += ["", "Where a DataParallel step's time went (driver; median per step):"]
     for name in ("fit", "step"):
         d = res[name]["driver"]
@@ -258,12 +268,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--steps", type=int, default=3, help="steps per round of each way (default 3)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="SGD with momentum 0.9, or Adam")
+    parser.add_argument("--batch", type=int, default=BATCH, help=f"rows per step (default {BATCH:,})")
     parser.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/distributed-<date>.json)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if os.environ.get(CHILD_MARK) != "1":
         command = [sys.executable, "-m", "benchmarks.distributed", *(sys.argv[1:] if argv is None else argv)]
         return subprocess.call(command, env=bench_env(1), cwd=ROOT)
-    doc = measure(rounds=args.rounds, steps=args.steps, optimizer=args.optimizer,
+    doc = measure(batch=args.batch, rounds=args.rounds, steps=args.steps, optimizer=args.optimizer,
                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
     path = args.out or os.path.join(ROOT, "benchmarks", "results", time.strftime("distributed-%Y%m%d-%H%M%S.json"))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -119,6 +119,11 @@ class Placement:
         wait(local)
         return local
 
+    def holds(self, arrays) -> bool:
+        """Whether these are the arrays placed here, every chunk still in memory where it was found."""
+        return ([a.name for a in arrays] == [a.name for a in self.arrays]
+                and all(f.status == "finished" for per in self.futures + self.local for f in per))
+
     def by_worker(self, pieces) -> dict:
         """{worker: [(chunk index, start, stop, [each input's chunk there]), ...]} for one batch's pieces."""
         found = {}

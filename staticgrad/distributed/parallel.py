@@ -125,7 +125,7 @@ class DataParallel:
         self._blob = worker.to_bytes(self.function)
         self._shipped = [p.value for p in self._params]       # the values inside the file
         self.model_id = f"staticgrad-{uuid.uuid4().hex}"
-        self._peers, self._attempt = {}, []
+        self._peers, self._attempt, self._placement = {}, [], None
         self._seq = itertools.count()
         self.traffic = Traffic()
         self.redone = 0            # steps run again after losing a worker
@@ -156,8 +156,10 @@ class DataParallel:
         history are :func:`staticgrad.data.fit`'s.
         """
         arrays = list(X) if isinstance(X, (tuple, list)) else [X]
-        arrays += [] if y is None else [y]
-        place = chunks.Placement(self.client, chunks.as_row_chunks(arrays, len(self.inputs)))
+        arrays = chunks.as_row_chunks(arrays + ([] if y is None else [y]), len(self.inputs))
+        place = self._placement
+        if place is None or not place.holds(arrays):       # (fit called again on the same data: kept)
+            place = self._placement = chunks.Placement(self.client, arrays)
         epoch = chunks.batch_spans(place.rows, batch_size)
 
         def jobs(workers, k):
@@ -351,6 +353,7 @@ class DataParallel:
         """Drop the function from every worker's memory and release what the driver holds there."""
         self.client.run(worker.forget, self.model_id)
         self._peers.clear()
+        self._placement = None
 
     def __enter__(self):
         return self

@@ -157,6 +157,12 @@ def test_fit_reads_the_chunks_where_they_are_persisted(client, capsys):
     history = dp.fit(dX, dT, batch_size=64, epochs=2, progress=True)
     _assert_fit_as_one_process(history, ref, X, T, dX.chunks[0], 64, 2)
     _assert_same(expected, got)
+    # fit again on the same arrays: where the chunks are is known already
+    placement = dp._placement
+    history = dp.fit(dX, dT, batch_size=64, epochs=1, progress=False)
+    assert dp._placement is placement
+    _assert_fit_as_one_process(history, ref, X, T, dX.chunks[0], 64, 1)
+    _assert_same(expected, got)
     # no data went through the driver: after the first step, only each worker's parameter values
     param_bytes = sum(p.value.nbytes for p in dp.optimizer.params)
     assert dp.traffic.sent <= (dp.traffic.steps - 1) * 2 * param_bytes
