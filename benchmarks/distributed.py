@@ -162,13 +162,18 @@ def _delta(dp, before):
     return out
 
 
-def measure(sizes=SIZES, batch=BATCH, rounds=7, steps=3, optimizer="sgd", workers=2, log=print) -> dict:
-    """The measurement: a document of settings, per-round samples, medians, traffic and timings."""
+def measure(sizes=SIZES, batch=BATCH, rounds=7, steps=3, optimizer="sgd", workers=2, profiler=True,
+            log=print) -> dict:
+    """The measurement: a document of settings, per-round samples, medians, traffic and timings.
+    ``profiler=False`` turns off Dask's statistical profiler in the workers (a thread that samples the
+    running task's stack every 10 ms)."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster
-    cluster = LocalCluster(processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    with dask.config.set({"distributed.worker.profile.enabled": bool(profiler)}):
+        cluster = LocalCluster(processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=None,
+                               silence_logs=logging.ERROR)
     client = Client(cluster)
     try:
         blas = client.run(os.environ.get, "OPENBLAS_NUM_THREADS")
@@ -186,7 +191,9 @@ def measure(sizes=SIZES, batch=BATCH, rounds=7, steps=3, optimizer="sgd", worker
             log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {samples[n][-1]['seconds'] * 1e3:.0f} ms"
                                                         for n in setups))
         param_bytes = sum(p.value.nbytes for p in setups["fit"][1].optimizer.params)
-        return _document(sizes, batch, rounds, steps, optimizer, workers, blas, samples, per_step, param_bytes)
+        doc = _document(sizes, batch, rounds, steps, optimizer, workers, blas, samples, per_step, param_bytes)
+        doc["workload"]["worker_profiler"] = bool(profiler)
+        return doc
     finally:
         client.close()
         cluster.close()
@@ -228,7 +235,8 @@ def format_table(doc) -> str:
     res, params, workers = doc["results"], doc["parameter_bytes"], doc["workload"]["workers"]
     w = doc["workload"]
     lines = [f"{'-'.join(map(str, w['sizes']))} MLP step, batch {w['batch']:,} {w['dtype']}, {w['optimizer']}; "
-             f"{doc['rounds']} rounds of {doc['steps_per_round']} steps, wall clock, median per step",
+             f"{doc['rounds']} rounds of {doc['steps_per_round']} steps, wall clock, median per step"
+             + ("" if w.get("worker_profiler", True) else "; Dask's worker profiler off"),
              f"{'':<10} {'per step':>9} {'speed-up':>8} {'sent':>9} {'received':>9} {'loopback':>9} {'others':>7}"]
     for name, r in res.items():
         d = r.get("driver", {})
@@ -269,12 +277,15 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="steps per round of each way (default 3)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd", help="SGD with momentum 0.9, or Adam")
     parser.add_argument("--batch", type=int, default=BATCH, help=f"rows per step (default {BATCH:,})")
+    parser.add_argument("--no-profiler", action="store_true",
+                        help="turn off Dask's statistical profiler in the workers (distributed.worker.profile)")
     parser.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/distributed-<date>.json)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if os.environ.get(CHILD_MARK) != "1":
         command = [sys.executable, "-m", "benchmarks.distributed", *(sys.argv[1:] if argv is None else argv)]
         return subprocess.call(command, env=bench_env(1), cwd=ROOT)
     doc = measure(batch=args.batch, rounds=args.rounds, steps=args.steps, optimizer=args.optimizer,
+                  profiler=not args.no_profiler,
                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
     path = args.out or os.path.join(ROOT, "benchmarks", "results", time.strftime("distributed-%Y%m%d-%H%M%S.json"))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
