@@ -175,6 +175,7 @@ def measure(sizes=SIZES, batch=BATCH, rounds=7, steps=3, optimizer="sgd", worker
         cluster = LocalCluster(processes=True, n_workers=workers, threads_per_worker=1, dashboard_address=None,
                                silence_logs=logging.ERROR)
     client = Client(cluster)
+    machine = _machine()
     try:
         blas = client.run(os.environ.get, "OPENBLAS_NUM_THREADS")
         setups = _setups(client, sizes, batch, steps, optimizer)
@@ -193,6 +194,7 @@ def measure(sizes=SIZES, batch=BATCH, rounds=7, steps=3, optimizer="sgd", worker
         param_bytes = sum(p.value.nbytes for p in setups["fit"][1].optimizer.params)
         doc = _document(sizes, batch, rounds, steps, optimizer, workers, blas, samples, per_step, param_bytes)
         doc["workload"]["worker_profiler"] = bool(profiler)
+        doc["machine"] = {**machine, "load_average_end": list(os.getloadavg())}
         return doc
     finally:
         client.close()
@@ -215,7 +217,7 @@ def _document(sizes, batch, rounds, steps, optimizer, workers, blas, samples, pe
     return {"schema": 1, "workload": {"sizes": list(sizes), "batch": batch, "dtype": "float32",
                                       "optimizer": optimizer, "workers": workers, "threads_per_worker": 1},
             "rounds": rounds, "steps_per_round": steps, "parameter_bytes": param_bytes,
-            "worker_openblas_threads": blas, "results": results, "machine": _machine()}
+            "worker_openblas_threads": blas, "results": results}
 
 
 def _machine() -> dict:
