@@ -46,30 +46,71 @@ class Picture:
         return node.label() if node is not None else f"#{i}"
 
     def scope_of(self, node) -> str:
-        """A backward node is drawn in the scope of the forward node whose gradient it computes, and an
+        """A backward node is drawn in the scope of the forward node whose gradient it computes, a parameter
+        made outside any scope in the scope of its readers (a layer's weights in the layer's), and an
         update node without a scope of its own in the scope of the parameter it updates."""
         if node.role == "backward" and node.adjoint_of is not None:
             fwd = self.lookup.get(node.adjoint_of)
             if fwd is not None:
-                return fwd.scope or ""
-        if node.role == "update" and not node.scope:
+                return self._own_scope(fwd)
+        scope = self._own_scope(node)
+        if node.role == "update" and not scope:
             return self._update_scopes().get(node.id, "")
-        return node.scope or ""
+        return scope
+
+    def _own_scope(self, node) -> str:
+        if node.scope or node.op != "parameter":
+            return node.scope or ""
+        return self._parameter_scopes().get(node.id, "")
+
+    def _parameter_scopes(self) -> dict:
+        """{id: scope} of the parameters made outside any scope: what their forward readers' scopes share
+        (else their update readers', for optimizer state), when that is not empty."""
+        if getattr(self, "_parameter_scope_map", None) is None:
+            readers = {}            # parameter id -> {role: scopes of its readers}
+            for node in self.graph.nodes.values():
+                for i in node.inputs:
+                    p = self.graph.nodes[i]
+                    if p.op == "parameter" and not p.scope and node.scope:
+                        readers.setdefault(i, {}).setdefault(node.role, []).append(node.scope)
+            found = {}
+            for i, by_role in readers.items():
+                scopes = by_role.get("forward") or by_role.get("update")
+                scope = _shared_scope(scopes) if scopes else ""
+                if scope:
+                    found[i] = scope
+            self._parameter_scope_map = found
+        return self._parameter_scope_map
 
     def _update_scopes(self) -> dict:
+        """{id: scope} for update nodes: what the scopes of the parameters they help update share."""
         if getattr(self, "_update_scope_map", None) is None:
             nodes, found = self.graph.nodes, {}
             for p, e in self.graph.updates:
-                scope = nodes[p].scope or ""
+                scope = self._own_scope(nodes[p])
                 stack = [e]
                 while stack:
                     i = stack.pop()
-                    if i in found or nodes[i].role != "update":
+                    if nodes[i].role != "update":
                         continue
-                    found[i] = scope
+                    merged = _shared_scope([found[i], scope]) if i in found else scope
+                    if i in found and merged == found[i]:
+                        continue        # (its inputs were reached already and do not change either)
+                    found[i] = merged
                     stack.extend(nodes[i].inputs)
             self._update_scope_map = found
         return self._update_scope_map
+
+
+def _shared_scope(scopes) -> str:
+    """The longest run of leading scope names all of ``scopes`` share ("a/b" and "a/c": "a")."""
+    parts = [s.split("/") for s in scopes]
+    shared = []
+    for names in zip(*parts):
+        if any(n != names[0] for n in names):
+            break
+        shared.append(names[0])
+    return "/".join(shared)
 
 
 def picture_of(target, stage="optimized") -> Picture:
