@@ -48,15 +48,25 @@ class Picture:
     def scope_of(self, node) -> str:
         """A backward node is drawn in the scope of the forward node whose gradient it computes, a parameter
         made outside any scope in the scope of its readers (a layer's weights in the layer's), and an
-        update node without a scope of its own in the scope of the parameter it updates."""
+        update node without a scope of its own in the scope of the parameters it helps update."""
         if node.role == "backward" and node.adjoint_of is not None:
             fwd = self.lookup.get(node.adjoint_of)
             if fwd is not None:
                 return self._own_scope(fwd)
         scope = self._own_scope(node)
         if node.role == "update" and not scope:
-            return self._update_scopes().get(node.id, "")
+            return self.update_bands().get(node.id, "")
         return scope
+
+    def cluster_scope(self, node) -> str:
+        """Where the full picture draws ``node``: its scope, but an update node that serves the parameters of
+        one scope only (a layer's) in that scope first, so each layer's update reads as a band of its own:
+        Adam's new first moment of mlp.0's weight sits in "mlp.0/adam.m"."""
+        scope = self.scope_of(node)
+        band = self.update_bands().get(node.id, "") if node.role == "update" else ""
+        if not band or scope == band or scope.startswith(band + "/"):
+            return scope or band
+        return f"{band}/{scope}" if scope else band
 
     def _own_scope(self, node) -> str:
         if node.scope or node.op != "parameter":
@@ -82,24 +92,36 @@ class Picture:
             self._parameter_scope_map = found
         return self._parameter_scope_map
 
-    def _update_scopes(self) -> dict:
-        """{id: scope} for update nodes: what the scopes of the parameters they help update share."""
-        if getattr(self, "_update_scope_map", None) is None:
+    def update_bands(self) -> dict:
+        """{id: scope} for update nodes: what the scopes of the trained parameters (those the forward or
+        backward graph reads) share whose new values they help compute; for the update of other state (a
+        running mean), the scope of that state."""
+        if getattr(self, "_band_map", None) is None:
             nodes, found = self.graph.nodes, {}
+            trained = [(p, e) for p, e in self.graph.updates if nodes[p].role != "update"]
+            for p, e in trained:
+                _spread(nodes, found, e, self._own_scope(nodes[p]))
+            rest, reached = {}, set(found)
             for p, e in self.graph.updates:
-                scope = self._own_scope(nodes[p])
-                stack = [e]
-                while stack:
-                    i = stack.pop()
-                    if nodes[i].role != "update":
-                        continue
-                    merged = _shared_scope([found[i], scope]) if i in found else scope
-                    if i in found and merged == found[i]:
-                        continue        # (its inputs were reached already and do not change either)
-                    found[i] = merged
-                    stack.extend(nodes[i].inputs)
-            self._update_scope_map = found
-        return self._update_scope_map
+                if nodes[p].role == "update" and e not in reached:
+                    _spread(nodes, rest, e, self._own_scope(nodes[p]), skip=reached)
+            found.update(rest)
+            self._band_map = found
+        return self._band_map
+
+
+def _spread(nodes, found, start, scope, skip=()):
+    """Merge ``scope`` into ``found`` for the update nodes ``start`` is computed from (not into ``skip``)."""
+    stack = [start]
+    while stack:
+        i = stack.pop()
+        if nodes[i].role != "update" or i in skip:
+            continue
+        merged = _shared_scope([found[i], scope]) if i in found else scope
+        if i in found and merged == found[i]:
+            continue        # (its inputs were reached already and do not change either)
+        found[i] = merged
+        stack.extend(nodes[i].inputs)
 
 
 def _shared_scope(scopes) -> str:
