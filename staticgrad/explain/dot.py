@@ -14,8 +14,9 @@ import subprocess
 
 import pydot
 
-from ..tensor import ROLES, StaticgradError, format_shape
+from ..tensor import ROLES, StaticgradError
 from . import layout, loopdot
+from .boxes import add_box
 from .loopinfo import is_loop
 from .picture import (
     _add_values,
@@ -83,10 +84,12 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
     for box, info in sheet.boxes.items():
         # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
         info["role"] = next(r for r in ROLES if r in info["roles"])
-        _add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
+        add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""),
+                STYLES[info["role"]])
     if view == "full":
         _full_edges(pic, dot, sheet)
         layout.stack_bands(pic, dot, sheet)
+        layout.level_gradients(pic, dot, sheet)
     else:
         _forward_edges(pic, dot, sheet)
         _flow_edges(pic, dot, sheet.drawn, sheet.loops)
@@ -189,48 +192,6 @@ def node_style(node) -> dict:
     if not node.inputs:
         attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
     return attrs
-
-
-def _add_box(pic, box, info, cluster):
-    nodes = [pic.graph.nodes[i] for i in info["ids"]]
-    ops = {}
-    for n in nodes:
-        if n.inputs:
-            ops[n.op] = ops.get(n.op, 0) + 1
-    params = [n for n in nodes if n.op == "parameter"]
-    roles = info["roles"]
-    lines = [f"<B>{_esc(info['scope'])}</B>" + (f" ({info['role']})" if len(roles) == 1 and "forward" not in roles
-                                                else "")]
-    lines += _wrapped([f"{len(nodes)} nodes: "] + [f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])])
-    if len(roles) > 1:
-        lines += _wrapped([f"{roles[r]} {r}" for r in ROLES if r in roles])
-    if params:
-        lines += _wrapped([f"{p.label()} {format_shape(p.shape)}" for p in params])
-    outputs = {}
-    for k, o in enumerate(pic.graph.outputs):
-        outputs.setdefault(o, []).append(k)
-    for n in nodes:
-        lines += _marks(pic, n, outputs)
-    attrs = dict(STYLES[info["role"]], shape="box3d")
-    sources = sorted({n.source for n in nodes if n.source})
-    cluster.add_node(pydot.Node(box, label="<" + "<BR/>".join(lines) + ">",
-                                tooltip=f"name scope {info['scope']}: {len(nodes)} nodes built at "
-                                        + ", ".join(sources[:8]) + (" ..." if len(sources) > 8 else ""),
-                                **attrs))
-
-
-def _wrapped(parts, width=64) -> list:
-    """``parts`` joined by commas (after a leading "... : " part, by nothing) into lines of about ``width``
-    characters, as small-print label lines: a box listing Adam's 12 moments stays as narrow as its layer."""
-    rows, row = [], ""
-    for k, part in enumerate(parts):
-        glue = "" if k == 0 or (k == 1 and row.endswith(": ")) else ", "
-        if row and len(row) + len(glue) + len(part) > width:
-            rows.append(row + glue.rstrip())
-            row, glue = "", ""
-        row += glue + part
-    rows.append(row)
-    return [f'<FONT POINT-SIZE="10">{_esc(r)}</FONT>' for r in rows]
 
 
 def _edge_kind(src, dst):

@@ -6,9 +6,11 @@ read by the update of every parameter, a 1 that common subexpression elimination
 pulled its readers together and held its cluster open from top to bottom; and the updates of all the
 parameters, which hang off their gradients at the same ranks, stood side by side in one wide row.
 
-So a small constant is drawn beside its readers, once in each cluster or collapsed box that reads it, and
-the update step is drawn in bands, one per layer (the scope of the trained parameters an update node
-helps update, see Picture.update_bands), each ranked below the one before by invisible edges.
+So a small constant is drawn beside its readers, once in each cluster or collapsed box that reads it; the
+update step is drawn in bands, one per layer (the scope of the trained parameters an update node helps
+update, see Picture.update_bands), each ranked below the one before by invisible edges; and a parameter's
+gradient is ranked below the parameter. A training step then reads as a grid: a row per layer, holding its
+forward nodes, its backward nodes and its update band side by side.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 import pydot
 
 SMALL = 4       # constants of at most this many numbers are labelled with their value and drawn per reader
+EDGES_PER_BAND = 256    # invisible edges between two bands at the most (from its deepest ends first)
 
 
 def is_small_constant(node) -> bool:
@@ -55,8 +58,8 @@ def spread_constants(sheet, constants) -> list:
 
 
 def stack_bands(pic, dot, sheet):
-    """Invisible edges that rank each band of the update step below the band before it, from its deepest
-    node to each node of the next band that reads none of its own band's nodes, in the order of their
+    """Invisible edges that rank each band of the update step below the band before it, from its nodes no
+    node of the band reads to each node of the next band that reads none of its own band's, in the order of their
     parameters' updates. (What serves several bands, as Adam's step count, stays beside them: ranked
     above the first, its bias corrections would still reach down beside every band.)"""
     graph, bands = pic.graph, pic.update_bands()
@@ -69,14 +72,33 @@ def stack_bands(pic, dot, sheet):
         band = bands.get(e, "")
         if band in members and band not in order:
             order.append(band)
+    readers = {}
+    for node in graph.nodes.values():
+        for j in node.inputs:
+            readers.setdefault(j, set()).add(node.id)
     depth = _depths(graph, set().union(*members.values()) if members else set())
     for above, below in zip(order, order[1:]):
         if below.startswith(above + "/") or above.startswith(below + "/"):
             continue        # (a band nested in another reads it: no order to impose)
-        deepest = max(members[above], key=lambda i: (depth[i], i))
-        for i in sorted(members[below]):
-            if not any(j in members[below] for j in graph.nodes[i].inputs):
-                dot.add_edge(pydot.Edge(str(deepest), str(i), style="invis"))
+        ends = sorted((i for i in members[above] if not readers.get(i, set()) & members[above]),
+                      key=lambda i: -depth[i])
+        starts = [i for i in sorted(members[below]) if not any(j in members[below] for j in graph.nodes[i].inputs)]
+        for end in ends[:max(1, EDGES_PER_BAND // max(len(starts), 1))]:
+            for i in starts:
+                dot.add_edge(pydot.Edge(str(end), str(i), style="invis"))
+
+
+def level_gradients(pic, dot, sheet):
+    """An invisible edge from each parameter to its gradient, so the gradient, which the backward graph,
+    running back up, leaves free to float to the top, stays level with the layer whose parameter it is
+    (and the update band that reads it with it)."""
+    drawn = sheet.drawn
+    for steps, _ in pic.sweeps:
+        for step in steps:
+            p, g = step["node"], step["adjoint"]
+            node = pic.graph.nodes.get(p)
+            if node is not None and node.op == "parameter" and drawn.get(p) == str(p) and drawn.get(g) == str(g):
+                dot.add_edge(pydot.Edge(str(p), str(g), style="invis"))
 
 
 def _depths(graph, ids) -> dict:
