@@ -8,9 +8,9 @@ parameters, which hang off their gradients at the same ranks, stood side by side
 
 So a small constant is drawn beside its readers, once in each cluster or collapsed box that reads it; the
 update step is drawn in bands, one per layer (the scope of the trained parameters an update node helps
-update, see Picture.update_bands), each ranked below the one before by invisible edges; and a parameter's
-gradient is ranked below the parameter. A training step then reads as a grid: a row per layer, holding its
-forward nodes, its backward nodes and its update band side by side.
+update, see Picture.update_bands), each ranked below the one before by invisible edges; and the gradient
+of a parameter the graph updates is ranked below the parameter. A training step then reads as a grid: a row
+per layer, holding its forward nodes, its backward nodes and its update band side by side.
 """
 from __future__ import annotations
 
@@ -89,15 +89,14 @@ def stack_bands(pic, dot, sheet):
 
 
 def level_gradients(pic, dot, sheet):
-    """An invisible edge from each parameter to its gradient, so the gradient, which the backward graph,
-    running back up, leaves free to float to the top, stays level with the layer whose parameter it is
-    (and the update band that reads it with it)."""
-    drawn = sheet.drawn
+    """An invisible edge from each parameter the graph updates to its gradient, so the gradient, which the
+    backward graph, running back up, leaves free to float to the top, stays level with the layer whose
+    parameter it is, and the band of the update that reads it with it."""
+    drawn, updated = sheet.drawn, {p for p, _ in pic.graph.updates}
     for steps, _ in pic.sweeps:
         for step in steps:
             p, g = step["node"], step["adjoint"]
-            node = pic.graph.nodes.get(p)
-            if node is not None and node.op == "parameter" and drawn.get(p) == str(p) and drawn.get(g) == str(g):
+            if p in updated and drawn.get(p) == str(p) and drawn.get(g) == str(g):
                 dot.add_edge(pydot.Edge(str(p), str(g), style="invis"))
 
 
