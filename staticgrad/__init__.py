@@ -17,7 +17,7 @@ checks this against every import in the package, and that no imports go round in
     loops                                    scan, cond, while_loop: control flow traced into bodies
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
-    data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
+    data feeds report encoding               batches, fit and its bar; what calls and reports show; values <-> JSON
     graphdoc                                 a graph and its loops' bodies <-> JSON, checked as it loads
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function

@@ -12,21 +12,33 @@ import sys
 from . import data, nn, optim
 from .autodiff import grad
 from .compiler import compile
-from .explain.dot import save_dot
+from .explain.dot import GraphvizNotFound, save_dot
 from .io import save
 from .ops import reshape
-from .tensor import placeholder
+from .tensor import StaticgradError, placeholder
+
+NO_GRAPHVIZ = ("no SVG pictures: Graphviz's `dot` program is not installed (apt-get install graphviz / "
+               "brew install graphviz / conda install graphviz); the .dot files are written")
 
 
-def _write_pictures(fn, base, log):
-    """``base``.dot always; ``base``.svg when Graphviz's dot can render it. Returns the paths written."""
-    written = [save_dot(fn, base + ".dot")]
-    try:
-        written.append(save_dot(fn, base + ".svg"))
-    except Exception as err:        # no Graphviz, or a dot that fails: the .dot file is still there
-        if os.path.exists(base + ".svg"):
-            os.remove(base + ".svg")        # a failed render may leave a half-drawn file behind
-        log(f"  (no SVG for {os.path.basename(base)}: {str(err).splitlines()[0][:160]})")
+def _write_pictures(pictures, out_dir, log):
+    """Each (name, function) as name.dot, and as name.svg when Graphviz's dot can render it; a missing
+    Graphviz is said once, in one line. Returns the paths written."""
+    written, missing = [], False
+    for name, fn in pictures:
+        base = os.path.join(out_dir, name)
+        written.append(save_dot(fn, base + ".dot"))
+        if missing:
+            continue
+        try:
+            written.append(save_dot(fn, base + ".svg"))
+        except GraphvizNotFound:
+            missing = True
+            log(NO_GRAPHVIZ)
+        except (StaticgradError, OSError) as err:   # a dot that fails on this picture: the .dot file stays
+            if os.path.exists(base + ".svg"):
+                os.remove(base + ".svg")        # a failed render may leave a half-drawn file behind
+            log(f"  (no SVG for {name}: {' '.join(str(err).split())})")
     return written
 
 
@@ -70,8 +82,7 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     os.makedirs(out_dir, exist_ok=True)
     grads = grad(loss, model.parameters())
     forward_backward = compile([loss] + grads, inputs=[x, t])
-    files = _write_pictures(forward_backward, os.path.join(out_dir, "moons_forward_backward"), log)
-    files += _write_pictures(step, os.path.join(out_dir, "moons_train_step"), log)
+    files = _write_pictures([("moons_forward_backward", forward_backward), ("moons_train_step", step)], out_dir, log)
     source = os.path.join(out_dir, "moons_train_step.py")
     with open(source, "w") as fh:
         fh.write(step.source)

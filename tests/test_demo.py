@@ -53,13 +53,33 @@ def test_demo_model_loads_back_and_predicts_as_trained(ran):
     assert accuracy == pytest.approx(result["accuracy"])
 
 
-def test_demo_without_graphviz_still_writes_dot(tmp_path, monkeypatch):
-    monkeypatch.setattr("staticgrad.explain.dot.shutil.which", lambda name: None)
+def test_demo_without_graphviz_says_so_once_in_one_whole_line_and_writes_dot(tmp_path, monkeypatch):
+    monkeypatch.setattr("staticgrad.explain.dot.shutil.which", lambda name: None)      # no `dot` on PATH
     lines = []
     demo.run(out_dir=str(tmp_path), epochs=2, log=lines.append, progress=False)
-    assert (tmp_path / "moons_train_step.dot").exists()
+    assert (tmp_path / "moons_train_step.dot").exists() and (tmp_path / "moons_forward_backward.dot").exists()
     assert not list(tmp_path.glob("*.svg"))
-    assert any("no SVG" in line for line in lines)
+    said = [line for line in lines if "Graphviz" in line or "SVG" in line]
+    assert said == [demo.NO_GRAPHVIZ]
+    assert "\n" not in said[0] and "apt-get install graphviz" in said[0] and said[0].endswith("written")
+
+
+def test_a_picture_dot_fails_on_is_named_with_the_whole_error(tmp_path, monkeypatch):
+    x = sg.placeholder((2,), name="x")
+    fn = sg.compile(x * 2.0, inputs=[x])
+
+    def failing(target, path):
+        if path.endswith(".svg"):
+            open(path, "w").close()                     # the half-drawn file a failed render leaves
+            raise sg.StaticgradError(f"save_dot: Graphviz `dot -Tsvg` failed on {path!r}:\nError: syntax error")
+        return sg.save_dot(target, path)
+    monkeypatch.setattr(demo, "save_dot", failing)
+    lines = []
+    written = demo._write_pictures([("a", fn), ("b", fn)], str(tmp_path), lines.append)
+    assert [p.rsplit("/", 1)[-1] for p in written] == ["a.dot", "b.dot"] and not list(tmp_path.glob("*.svg"))
+    svg = {name: str(tmp_path / name) + ".svg" for name in "ab"}
+    assert lines == [f"  (no SVG for {name}: save_dot: Graphviz `dot -Tsvg` failed on {svg[name]!r}: "
+                     "Error: syntax error)" for name in "ab"]           # each picture, its whole error
 
 
 def test_demo_shows_a_progress_bar_when_asked(tmp_path, capsys):
