@@ -105,10 +105,9 @@ def test_the_bar_is_tqdm_auto_shown_on_a_terminal_only_unless_forced(monkeypatch
     term.isatty = lambda: True
     for stream, shown in ((term, True), (pipe, False)):
         monkeypatch.setattr("sys.stderr", stream)
-        bar = data._bar(3, None)
-        assert isinstance(bar, tqdm.auto.tqdm) and bar.disable is not shown
-        bar.close()
-        assert data._bar(3, True).disable is False and data._bar(3, False).disable is True
+        for progress, expected in ((None, shown), (True, True), (False, False)):
+            with data._bar(3, progress) as bar:
+                assert isinstance(bar, tqdm.auto.tqdm) and bar.disable is not expected
 
 
 def test_fit_trains_and_records_the_mean_loss_per_epoch(rng):
