@@ -5,6 +5,7 @@ The graph is compiled once; these helpers only slice arrays and call it, batch a
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -86,16 +87,23 @@ def _run(fn, batches, bar, name, shown):
     """Call ``fn`` on every batch, advancing ``bar`` and showing the running mean of a scalar result as
     ``shown[name]`` (``shown`` holds whatever else the bar shows, such as last epoch's metrics)."""
     results, running, count = [], 0.0, 0
+    drawn = not getattr(bar, "disable", False)
+    # Formatting the postfix costs more than a small step: do it at most as often as tqdm redraws.
+    interval, due = getattr(bar, "mininterval", 0.0), 0.0
     for batch in batches:
         result = _call(fn, batch)
         results.append(result)
         value = _first_scalar(result)
         if value is not None:
             running, count = running + value, count + 1
-            if not getattr(bar, "disable", False):      # formatting the postfix is the bar's only per-batch cost
+            if drawn and time.monotonic() >= due:
                 shown[name] = running / count
                 bar.set_postfix(shown, refresh=False)
+                due = time.monotonic() + interval
         bar.update(1)
+    if drawn and count:
+        shown[name] = running / count           # what the bar shows when it closes or the epoch ends
+        bar.set_postfix(shown, refresh=False)
     return results
 
 
