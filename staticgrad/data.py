@@ -127,7 +127,7 @@ def run_batches(fn, batches, progress=None, desc=None, name="loss"):
 
 class History:
     """What :func:`fit` saw: ``history.loss[e]`` is the mean loss of epoch e, ``history.metrics`` the
-    values ``validate`` returned (one dict per epoch)."""
+    values ``validate`` returned (one dict per epoch); ``history.plot()`` draws them."""
 
     def __init__(self):
         self.loss = []
@@ -152,14 +152,15 @@ class History:
         if ax is None:
             import matplotlib.pyplot as plt
             _, ax = plt.subplots()
-        ax.plot(np.arange(1, len(self.loss) + 1), self.loss, marker=".", label="training loss")
+        marker = "." if len(self.loss) <= 30 else None          # dots for a few epochs; clutter for many
+        ax.plot(np.arange(1, len(self.loss) + 1), self.loss, marker=marker, label="training loss")
         names = list(dict.fromkeys(key for metrics in self.metrics for key in metrics))
         others = [key for key in names if "loss" not in key.lower()]
         right = ax.twinx() if others else None
         colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color", [None])
         for k, key in enumerate(names, 1):
             values = [_as_float(metrics.get(key)) for metrics in self.metrics]
-            (right if key in others else ax).plot(np.arange(1, len(values) + 1), values, marker=".", label=key,
+            (right if key in others else ax).plot(np.arange(1, len(values) + 1), values, marker=marker, label=key,
                                                   color=colors[k % len(colors)], linestyle="--")
         ax.set_xlabel("epoch")
         ax.set_ylabel("loss")

@@ -176,9 +176,14 @@ def test_history_plot_draws_losses_left_and_metrics_on_a_second_axis():
     assert lines["training loss"].get_ydata().tolist() == [0.9, 0.5, 0.3]
     assert lines["acc"].get_ydata().tolist() == [0.6, 0.8, 0.9]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["training loss", "val_loss", "acc"]
+    assert {line.get_marker() for line in lines.values()} == {"."}   # a dot per epoch while there are few
     png = io.BytesIO()
     figure.savefig(png, format="png")                               # renders without a display
     assert png.getvalue().startswith(b"\x89PNG")
+    long = data.History()
+    long.loss, long.metrics = list(np.linspace(1, 0, 40)), [{"acc": a} for a in np.linspace(0, 1, 40)]
+    assert {line.get_marker() for a in long.plot(ax=Figure().subplots()).figure.axes for line in a.get_lines()} \
+        == {"None"}
 
 
 def test_history_plot_of_a_fit_makes_its_own_figure():
