@@ -14,6 +14,7 @@ relu after it become one node); the totals are the optimized plan's, what a call
 from __future__ import annotations
 
 import math
+import numbers
 
 from ..compiler import compile as compile_graph
 from ..function import Function
@@ -47,7 +48,7 @@ def summary(target, batch: int | None = None, feeds=None, input_shape=None, dtyp
     table), or read ``rows``, ``total_params``, ``trainable_params``, ``non_trainable_params``,
     ``optimizer_params``, ``flops``, ``flops_by_role``, ``peak_bytes``.
     """
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1):
         raise ValueError(f"summary: batch must be a positive int, got {batch!r}")
     if isinstance(target, Module):
         return _module_summary(target, batch, feeds, input_shape, dtype)
@@ -123,6 +124,7 @@ def _feed_shapes(fn, batch, feeds):
         arrays = fn.check_feeds(feeds) if isinstance(feeds, dict) else fn.check_feeds(*feeds)
         return [tuple(a.shape) for a in arrays], True
     if batch is not None:
+        batch = int(batch)
         shapes = [tuple(batch if k == 0 and d is None else d for k, d in enumerate(n.shape)) for n in nodes]
         for node, shape in zip(nodes, shapes):
             if None in shape:

@@ -87,7 +87,7 @@ def test_an_unknown_batch_is_said_to_be_taken_as_1():
     assert "(None, 32)" in text
     # at size 1 the totals are the pass ledger's last row (its FLOPs at the same sizes)
     assert s.flops == fn.report().rows[-1]["flops"]
-    given = sg.summary(fn, batch=8)
+    given = sg.summary(fn, batch=np.int64(8))
     assert given.exact_sizes and "per example" not in str(given) and "(8, 32)" in str(given)
 
 
@@ -127,6 +127,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="batch= sizes the first axis only; placeholder 'seq' has shape"):
         sg.summary(fn, batch=4)
     assert sg.summary(fn, feeds=[np.zeros((4, 7))]).sizes == {"seq": (4, 7)}
+    assert sg.summary(fn, feeds={"seq": np.zeros((2, 3))}).sizes == {"seq": (2, 3)}
     for batch in (0, 2.5, True):
         with pytest.raises(ValueError, match="batch must be a positive int"):
             sg.summary(fn, batch=batch)
