@@ -71,7 +71,8 @@ def function_summary(fn, batch=None, feeds=None, types=None) -> Summary:
     by_role = dict.fromkeys(ROLES, 0)
     for i, n in plan_flops.items():
         by_role[fn.ir.nodes[i].role] += n
-    result = Summary(repr(fn), rows)
+    names = ", ".join(n.label() for n in fn.feeds.nodes)
+    result = Summary(f"Function({names}): {len(fn.ir.nodes):,} nodes after the passes", rows)
     result.count_state(fn.ir)
     result.flops_by_role = {role: n for role, n in by_role.items() if n or role == "forward"}
     result.flops, result.flops_as_written = sum(by_role.values()), sum(flops.values())
