@@ -17,6 +17,7 @@ import math
 import numbers
 
 from ..compiler import compile as compile_graph
+from ..eager import is_eager
 from ..function import Function
 from ..loops.pytree import flatten
 from ..lower import Backend, build_program
@@ -55,6 +56,9 @@ def summary(target, batch: int | None = None, feeds=None, input_shape=None, dtyp
     if input_shape is not None:
         raise TypeError("summary: input_shape is for an nn.Module; a function's or tensor's graph has its inputs")
     if isinstance(target, Tensor):
+        if is_eager(target):
+            raise TypeError("summary: an eager tensor keeps no graph to summarize; give the model "
+                            "(sg.summary(model, input_shape=...)) or a compiled function")
         target = compile_graph(target)
     if not isinstance(target, Function):
         raise TypeError(f"summary: expected a compiled Function, a Tensor or an nn.Module, got {type(target).__name__}")

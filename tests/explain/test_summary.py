@@ -133,6 +133,8 @@ def test_bad_arguments_are_refused():
             sg.summary(fn, batch=batch)
     with pytest.raises(TypeError, match="expected a compiled Function, a Tensor or an nn.Module"):
         sg.summary("model")
+    with pytest.raises(TypeError, match="an eager tensor keeps no graph to summarize"):
+        sg.summary(sg.eager.tensor(np.ones(3)) * 2.0)
     with pytest.raises(TypeError, match="input_shape is for an nn.Module"):
         sg.summary(fn, input_shape=(None, 3))
     with pytest.raises(TypeError, match="give an nn.Module its input_shape too"):
