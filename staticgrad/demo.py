@@ -9,13 +9,9 @@ from __future__ import annotations
 import os
 import sys
 
-from . import data, nn, optim
-from .autodiff import grad
-from .compiler import compile
+from . import data, demo_model, nn
 from .explain.dot import save_dot
 from .io import save
-from .ops import reshape
-from .tensor import placeholder
 
 
 def _write_pictures(fn, base, log):
@@ -35,17 +31,9 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     X, y = data.make_moons(512, noise=0.15, seed=seed)
     X_test, y_test = data.make_moons(256, noise=0.15, seed=seed + 1)
 
-    # 1. Describe the model once, over placeholders (None: any batch size).
-    x = placeholder((None, 2), name="x")
-    t = placeholder((None,), name="t")
-    model = nn.MLP([2, 8, 8, 1], activation="tanh", seed=seed)
-    logits = reshape(model(x), (-1,))
-    loss = nn.binary_cross_entropy_with_logits(logits, t)
-
-    # 2. Compile: forward + backward + the optimizer's updates become one function.
-    opt = optim.SGD(model, lr=0.5)
-    step = compile(loss, inputs=[x, t], updates=opt.updates(loss))
-    predict = compile(logits, inputs=[x])
+    # The model is user code of its own (demo_model.py): what the pictures and the code show names its lines.
+    built = demo_model.build(seed=seed)
+    step, predict = built.step, built.predict
     nodes = step.ir.nodes.values()
     log(f"compiled one training step: {len(step.ir.nodes)} nodes "
         f"({sum(n.role == 'forward' for n in nodes)} forward, {sum(n.role == 'backward' for n in nodes)} backward, "
@@ -68,8 +56,7 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
 
     # 4. Look inside: pictures, generated code, and the model saved as JSON + arrays.
     os.makedirs(out_dir, exist_ok=True)
-    grads = grad(loss, model.parameters())
-    forward_backward = compile([loss] + grads, inputs=[x, t])
+    forward_backward = demo_model.forward_backward(built)
     files = _write_pictures(forward_backward, os.path.join(out_dir, "moons_forward_backward"), log)
     files += _write_pictures(step, os.path.join(out_dir, "moons_train_step"), log)
     source = os.path.join(out_dir, "moons_train_step.py")

@@ -1,4 +1,5 @@
 """`staticgrad demo` (staticgrad/demo.py): trains, reports, writes pictures, source and the model."""
+import re
 import shutil
 
 import numpy as np
@@ -34,6 +35,18 @@ def test_demo_writes_forward_backward_pictures_source_and_model(ran):
         assert "backward" in text and "matmul" in text
     assert "def run(" in (out / "moons_train_step.py").read_text()
     assert any(str(out) in line for line in lines)                          # it names the folder
+
+
+def test_demo_provenance_names_the_lines_of_its_model(ran):
+    _, out, _ = ran
+    code = (out / "moons_train_step.py").read_text()
+    places = re.findall(r"# .* @ ([^ ;]+)", code)
+    assert places and all(p.startswith("demo_model.py:") for p in places), sorted(set(places))
+    for name in ("moons_forward_backward.dot", "moons_train_step.dot"):
+        built = re.findall(r"built at ([^ ,&\"]+)", (out / name).read_text())
+        assert built and all(b.startswith("demo_model.py:") for b in built), sorted(set(built))
+    text = (out / "moons_forward_backward.dot").read_text()
+    assert "dloss/dmlp.0.weight" in text and "gradient d" not in text
 
 
 def test_demo_svg_files_are_real_svg(ran):
