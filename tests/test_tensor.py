@@ -133,7 +133,7 @@ def test_named_names_the_tensor_and_returns_it():
 
 def test_errors_call_tensors_by_their_names():
     x, W = sg.placeholder((3, 4), name="x"), sg.parameter(np.zeros((5, 2)), name="W")
-    with pytest.raises(sg.ShapeError, match=r"^matmul: shapes \(3, 4\) and \(5, 2\) .* \(inputs x, W\) \(at test_tensor"):
+    with pytest.raises(sg.ShapeError, match=r"^matmul: shapes .* \(inputs x, W\) \(at test_tensor"):
         x @ W
     h = (x * 2.0).named("h")
     with pytest.raises(sg.GradError, match=r"^grad: y \('h'\) has shape \(3, 4\)"):
