@@ -54,19 +54,21 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     final_loss = history.loss[-1] if history.loss else float("nan")
     log(f"final: loss {final_loss:.4f}, test accuracy {accuracy:.3f} on {len(X_test)} points")
 
-    # 4. Look inside: pictures, generated code, and the model saved as JSON + arrays.
+    # 4. Look inside: pictures, generated code (a module of its own), and the model saved as JSON + arrays.
     os.makedirs(out_dir, exist_ok=True)
     forward_backward = demo_model.forward_backward(built)
     files = _write_pictures(forward_backward, os.path.join(out_dir, "moons_forward_backward"), log)
     files += _write_pictures(step, os.path.join(out_dir, "moons_train_step"), log)
-    source = os.path.join(out_dir, "moons_train_step.py")
-    with open(source, "w") as fh:
-        fh.write(step.source)
-    files += [source, save({"step": step, "predict": predict}, os.path.join(out_dir, "moons_model.npz"))]
+    # The step's generated code as a module that runs on its own (its arrays in moons_train_step.npz).
+    source = step.save_source(os.path.join(out_dir, "moons_train_step.py"))
+    files += [source, source[:-3] + ".npz", save({"step": step, "predict": predict},
+                                                 os.path.join(out_dir, "moons_model.npz"))]
     log(f"wrote to {out_dir}/:")
     for path in files:
         log(f"  {os.path.basename(path)}")
     log("the pictures tell the forward, backward and update parts apart (see their legend); "
         f"staticgrad.load({os.path.join(out_dir, 'moons_model.npz')!r}) gives the trained functions back "
         "(a dict: 'step' and 'predict')")
+    log(f"moons_train_step.py runs on its own: cd {out_dir} && python -c \"import numpy as np, "
+        "moons_train_step as m; print(m.run(np.zeros((64, 2)), np.zeros(64))[0])\"")
     return {"accuracy": accuracy, "loss": history.loss, "files": files, "out_dir": out_dir}
