@@ -116,13 +116,14 @@ class _ModuleWriter:
 
     def __init__(self):
         self.lines = []
-        self.imports = {"load_arrays": f"from {_HERE} import load_arrays"}
+        self.imports = {"load_arrays": f"from {_HERE} import load_arrays"}     # name -> its import line
+        self.aliases = {}         # (module, name) -> the name it is imported as
         self.arrays = {}          # npz key -> array
         self.memo = {}            # id(object) -> the expression that names it, once defined
         self.kept = []            # (the objects memo refers to: their ids must stay theirs)
         self.preferred = {}       # id(object) -> the name a namespace gives it
         self.workspace = set()    # ids of workspace buffers: their contents need not be saved
-        self.taken = {"np", "step", "_ARRAYS", "_UPDATED", "load_arrays"}
+        self.taken = {"np", "step", "_ARRAYS", "_UPDATED", "load_arrays", "Parameter", "Body", "restore", "REGISTRY"}
         self.kernels = None
 
     # ------------------------------------------------------------------ programs
@@ -270,9 +271,9 @@ class _ModuleWriter:
         if module == "numpy" or module.startswith("numpy."):
             return f"np.{module[6:] + '.' if module != 'numpy' else ''}{qualname}"
         head, _, rest = qualname.partition(".")
-        alias = next((a for a, line in self.imports.items() if line == f"from {module} import {head}"), None)
+        alias = self.aliases.get((module, head))
         if alias is None:
-            alias = _unused(head, self.taken)
+            alias = self.aliases[module, head] = _unused(head, self.taken)
             self.taken.add(alias)
             self.imports[alias] = f"from {module} import {head}" + (f" as {alias}" if alias != head else "")
         return alias + (f".{rest}" if rest else "")
