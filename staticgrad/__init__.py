@@ -33,7 +33,7 @@ import importlib
 from . import data, eager, explain, loops, nn, ops, optim, passes, random
 from .autodiff import grad
 from .compiler import compile
-from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
+from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, summary, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .loops import cond, fori_loop, scan, while_loop
@@ -65,7 +65,7 @@ __all__ = [
     "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
-    "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
+    "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace", "summary",
     "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm", "global_avg_pool2d", "dropout",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "conv1d", "random",
 ] + sorted(_OPS)

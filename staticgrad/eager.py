@@ -8,7 +8,9 @@ and static gradients are built from one definition, and ``create_graph=True`` ma
 themselves taped and can be differentiated again.
 
 The same model function runs in both modes: called with placeholders and parameters it builds a graph,
-called with eager tensors it computes values.
+called with eager tensors it computes values. A parameter is a leaf of both: an eager op reads its value as
+it is now and ``backward`` leaves its gradient in its ``.grad``, so ``nn`` modules and optimizers built over
+parameters run define-by-run as they are.
 """
 from __future__ import annotations
 
@@ -27,7 +29,6 @@ from .ops import registry
 from .ops.registry import REGISTRY
 from .tensor import (
     CONTEXT,
-    VARIABLES,
     GradError,
     NumericsError,
     ShapeError,
@@ -40,7 +41,8 @@ from .tensor import (
     user_frame,
 )
 
-__all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager", "check_numerics"]
+__all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager", "check_numerics",
+           "value_of", "lift"]
 
 LEAF_OP = "tensor"       # the op of eager leaves (eager.tensor(...))
 
@@ -82,7 +84,7 @@ class EagerTensor(Tensor):
     Python control flow may depend on data (the point of define-by-run).
     """
 
-    __slots__ = ("grad",)
+    __slots__ = ()
     _eager = True
 
     # ----------------------------------------------------------------- value
@@ -230,25 +232,62 @@ def trace():
 
 
 # ------------------------------------------------------------------ the hook: one op, run now
+def _mixing_error(opname, t):
+    return TypeError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} (at {user_frame()}); "
+                     f"feed an eager tensor (eager.tensor(...)) where the graph has a placeholder")
+
+
 def _static_value(x, opname):
-    """The value of a non-eager input: a constant, or an expression over constants only."""
-    if x._value is not None and x.op != "parameter":
+    """The value of a tensor that is not an eager one: a constant's, a parameter's as it is now, or that of an
+    expression over them (run now, see _lift)."""
+    if x._value is not None:
         return x._value
-    if x.op in VARIABLES:
-        raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {x.op} {x.label()!r} "
-                        f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
-    # A constant expression (for example ``y - 1`` inside a VJP rule, with y a constant): evaluate it
-    # in creation order, which is a topological order, without recursion.
-    values = {}
-    for _, t in sorted(ancestors([x]).items()):
-        if t.op in VARIABLES or (not t.inputs and t._value is None):
-            raise TypeError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} "
-                            f"(at {user_frame()}); make it an eager tensor with eager.tensor(...)")
-        if t._value is not None:
-            values[t.id] = t._value
-        else:
-            values[t.id] = np.asarray(REGISTRY[t.op].kernel(*(values[i.id] for i in t.inputs), **t.attrs))
-    return values[x.id]
+    if not x.inputs:
+        raise _mixing_error(opname, x)
+    return _lift([x], opname)[0]._value
+
+
+def value_of(t, opname="eager"):
+    """The numpy value of ``t``: an eager tensor's, a constant's or parameter's, or an expression over
+    constants and parameters run now (``opname`` names the caller in the error a placeholder gets)."""
+    if type(t) is EagerTensor:
+        return _evaluate(t)._value
+    return _static_value(t, opname)
+
+
+def lift(t, opname="eager"):
+    """What stands for the tensor ``t`` in eager mode: itself if eager, or a parameter (a leaf of both modes);
+    a constant's value as an eager leaf; an expression over parameters and constants run now, taped."""
+    if type(t) is EagerTensor or t.op == "parameter":
+        return t
+    if not t.inputs:
+        return _leaf(_static_value(t, opname), False, t.name, t.source)
+    return _lift([t], opname)[0]
+
+
+def _lift(inputs, opname):
+    """``inputs`` with every symbolic expression among them run now, taped, as if written eagerly.
+
+    A parameter is a leaf of eager mode too (its value read as it is now, its gradient accumulated in its
+    ``.grad``), so one module object runs in both modes. An expression over parameters and constants only
+    (a weight penalty, a VJP rule's transpose of a weight) was built as graph because no eager tensor took
+    part; it is replayed node by node in creation order (a topological order), without recursion, so the
+    gradient reaches the parameters under it. A placeholder has no value here: that is the user's mistake.
+    """
+    lifted = list(inputs)
+    for k, x in enumerate(inputs):
+        if type(x) is EagerTensor or not x.inputs:
+            continue
+        done = {}
+        for i, t in sorted(ancestors([x]).items()):
+            if not t.inputs:
+                if t._value is None:
+                    raise _mixing_error(opname, t)
+                done[i] = t
+            else:
+                done[i] = _run_op(REGISTRY[t.op], [done[y.id] for y in t.inputs], t.attrs)
+        lifted[k] = done[x.id]
+    return lifted
 
 
 # Shape rules are pure functions of (op, input shapes and dtypes, attrs), and eager mode applies the same
@@ -294,6 +333,10 @@ def _source():
 
 def _run_op(opdef, inputs, attrs):
     state = STATE
+    for x in inputs:
+        if type(x) is not EagerTensor and x.inputs:
+            inputs = _lift(inputs, opdef.name)
+            break
     if state.defer:
         # Recorded, not run: a result with no value yet, run by _evaluate only if it is needed.
         spec = _infer(opdef, inputs, attrs)
@@ -304,7 +347,7 @@ def _run_op(opdef, inputs, attrs):
     values = []
     for x in inputs:
         v = x._value
-        if v is None or (type(x) is not EagerTensor and x.op == "parameter"):
+        if v is None:
             v = _static_value(x, opdef.name)
         values.append(v)
     dtype = _infer(opdef, inputs, attrs)[1]
@@ -393,7 +436,8 @@ def _seed(y, grad_output, who, needs_grad=True):
 
 
 def _needs_grad(x) -> bool:
-    return x._requires_grad and type(x) is EagerTensor
+    # (an eager tensor, or a parameter used eagerly: a leaf whose gradient lands in its .grad)
+    return x._requires_grad and (type(x) is EagerTensor or x.op == "parameter")
 
 
 def _as_eager(g):
@@ -541,8 +585,8 @@ def grad(y, wrt, grad_output=None, create_graph=False):
     single = isinstance(wrt, Tensor)
     wrt = [wrt] if single else list(wrt)
     for w in wrt:
-        if not isinstance(w, EagerTensor):
-            raise TypeError(f"eager.grad: wrt must hold eager tensors, got {type(w).__name__}")
+        if not (isinstance(w, EagerTensor) or (isinstance(w, Tensor) and w.op == "parameter")):
+            raise TypeError(f"eager.grad: wrt must hold eager tensors or parameters, got {type(w).__name__}")
         if not w._requires_grad:
             raise GradError(f"eager.grad: {w.op} tensor made at {w.source} does not require grad, so it has no "
                             f"gradient")

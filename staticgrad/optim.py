@@ -6,16 +6,36 @@ count) lives in parameters of the graph, so one compiled call does the whole ste
 it and ``sg.save_parameters(step_fn, ...)`` checkpoints it. The learning rate is a parameter too: set
 ``opt.lr = 0.01`` between calls to schedule it without recompiling.
 
+Define-by-run, the same optimizer object works as torch.optim's: ``loss.backward()`` fills the parameters'
+``.grad``, ``opt.step()`` applies the same update arithmetic at once, ``opt.zero_grad()`` clears them.
+
 The arithmetic follows torch.optim's single-tensor implementations term by term, so the two agree to
 rounding (tests check 100 steps at rtol 1e-9).
 """
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat
+
 import numpy as np
 
-from . import ops
+from . import eager, ops
 from .autodiff import grad
-from .tensor import Tensor, parameter
+from .tensor import ShapeError, Tensor, format_shape, parameter
+
+
+def _describe(p) -> str:
+    # a short description for errors: never the array itself
+    if isinstance(p, Tensor):
+        what = "eager tensor" if eager.is_eager(p) else p.op
+        return f"{what} {p.label()!r} of shape {format_shape(p.shape)}"
+    shape = f" of shape {format_shape(np.shape(p))}" if hasattr(p, "shape") else ""
+    return f"a {type(p).__name__}{shape}"
+
+
+def _trainable(p) -> bool:
+    # a graph parameter, or an eager leaf (eager.tensor(..., requires_grad=True)): both keep their value
+    return isinstance(p, Tensor) and (p.op == "parameter" or (eager.is_eager(p) and not p.inputs))
 
 
 def _param_list(params):
@@ -25,8 +45,11 @@ def _param_list(params):
     if not params:
         raise ValueError("optimizer: got an empty parameter list")
     for p in params:
-        if not isinstance(p, Tensor) or p.op != "parameter":
-            raise TypeError(f"optimizer: expected parameter tensors, got {p!r}")
+        if not _trainable(p):
+            raise TypeError(f"optimizer: expected parameters (sg.parameter, a module's .parameters(), or eager "
+                            f"leaves made with requires_grad=True), got {_describe(p)}")
+        if not p.requires_grad:
+            raise ValueError(f"optimizer: {_describe(p)} does not require grad, so it cannot be trained")
     if len({p.id for p in params}) != len(params):
         raise ValueError("optimizer: a parameter appears twice in the list")
     return params
@@ -69,17 +92,63 @@ class Optimizer:
 
     def updates(self, loss) -> list:
         """(parameter, new value) pairs for one step on ``loss``, state included."""
+        name = type(self).__name__
+        if eager.is_eager(loss):
+            raise TypeError(f"{name}.updates builds the step as graph, for sg.compile; with an eager loss call "
+                            f"loss.backward() and then opt.step()")
         if not isinstance(loss, Tensor) or loss.shape != ():
-            raise ValueError(f"{type(self).__name__}.updates: loss must be a scalar tensor, got {loss!r}")
+            raise ValueError(f"{name}.updates: loss must be a scalar tensor, got {_describe(loss)}")
         grads = grad(loss, self.params)
         return self.step_updates(grads)
 
     def step_updates(self, grads) -> list:
-        """The update pairs given gradient tensors (one per parameter), for custom gradient pipelines."""
+        """The update pairs given gradient tensors (one per parameter, None: leave that parameter and its
+        state alone), for custom gradient pipelines."""
         raise NotImplementedError
+
+    # ----------------------------------------------------------------- define-by-run, as torch.optim
+    def zero_grad(self):
+        """Forget the parameters' gradients (``.grad`` becomes None, torch's default), before the next backward."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        """One update from the gradients that ``loss.backward()`` left in the parameters' ``.grad``, computed at
+        once by the same arithmetic ``updates`` builds as graph (the state, hyperparameters and learning rate
+        are shared: both ways may be mixed). A parameter without a gradient is left alone. Every new value
+        is computed and checked before any is assigned, so a failing step changes nothing."""
+        grads = [None if p.grad is None else eager.tensor(_grad_value(p), copy=False) for p in self.params]
+        if all(g is None for g in grads):
+            return
+        held = {id(t._value) for t in self.parameters()} | {id(g._value) for g in grads if g is not None}
+        with eager.no_grad():
+            pairs = self.step_updates(grads)
+            new = [_new_value(p, value, held) for p, value in pairs]
+        # (one C call assigns them all: no Python line, so no exception, runs between two assignments)
+        deque(map(setattr, [p for p, _ in pairs], repeat("_value"), new), 0)
 
     def _lr_as(self, p):
         return self._lr if self._lr.dtype == p.dtype else ops.cast(self._lr, p.dtype)
+
+
+def _grad_value(p):
+    g = p.grad._value if isinstance(p.grad, Tensor) else np.asarray(p.grad)
+    if g.shape != p.shape:
+        raise ShapeError(f"optimizer step: the gradient of {_describe(p)} has shape {format_shape(g.shape)}")
+    return g
+
+
+def _new_value(p, value, held):
+    """``value`` (an eager result, or an expression over parameters) as an array ``p`` may own: a fresh result
+    of this step's arithmetic as it is, anything another tensor holds (``held``: ids) or shows a copy."""
+    arr = eager.value_of(value, "optimizer step")
+    if arr.shape != p.shape:
+        raise ShapeError(f"optimizer step: the new value of {_describe(p)} has shape {format_shape(arr.shape)}")
+    if (type(arr) is not np.ndarray or arr.base is not None or not arr.flags.writeable or arr.dtype != p.dtype
+            or id(arr) in held):
+        arr = np.array(arr, dtype=p.dtype)
+    held.add(id(arr))
+    return arr
 
 
 class SGD(Optimizer):
@@ -97,6 +166,8 @@ class SGD(Optimizer):
     def step_updates(self, grads):
         pairs = []
         for k, (p, g) in enumerate(zip(self.params, grads)):
+            if g is None:
+                continue
             if self.weight_decay:
                 g = g + self.weight_decay * p
             if self.momentum:
@@ -134,6 +205,8 @@ class Adam(Optimizer):
         bc2_sqrt = ops.sqrt(1.0 - ops.pow(np.float64(beta2), step))
         step_size = self._lr / bc1
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
+            if g is None:
+                continue
             cast = (lambda t: t) if p.dtype == np.float64 else (lambda t, d=p.dtype: ops.cast(t, d))
             if self.weight_decay and not self.decoupled:
                 g = g + self.weight_decay * p

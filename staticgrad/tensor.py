@@ -189,7 +189,7 @@ class Tensor:
     """
 
     __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "name", "_requires_grad",
-                 "_value", "source", "role", "scope", "adjoint_of", "rule", "meta", "__weakref__")
+                 "_value", "source", "role", "scope", "adjoint_of", "rule", "meta", "grad", "__weakref__")
 
     # numpy must hand ``ndarray + tensor`` to Tensor.__radd__ instead of looping over the tensor.
     __array_ufunc__ = None
@@ -213,6 +213,9 @@ class Tensor:
         self.adjoint_of = CONTEXT.adjoint_of
         self.rule = CONTEXT.rule
         self.meta = None         # free-form annotations, e.g. the reverse sweep that made a gradient
+        # A parameter used in eager ops (define-by-run) gets its gradient here from loss.backward(), as a torch
+        # leaf does; optimizers' step() reads it. Symbolic use (sg.grad, sg.compile) never touches it.
+        self.grad = None
 
     # ----------------------------------------------------------------- leaves
     @property

@@ -77,8 +77,10 @@ def test_float32_parameters_stay_float32():
 
 def test_bad_arguments_are_errors():
     W = sg.parameter(np.ones(2))
-    with pytest.raises(TypeError, match="expected parameter tensors"):
+    with pytest.raises(TypeError, match=r"expected parameters .* got mul 'mul#\d+' of shape \(2,\)$"):
         optim.SGD([W * 2], lr=0.1)
+    with pytest.raises(ValueError, match="does not require grad"):
+        optim.SGD([sg.parameter(np.ones(2), requires_grad=False)], lr=0.1)
     with pytest.raises(ValueError, match="empty"):
         optim.SGD([], lr=0.1)
     with pytest.raises(ValueError, match="nesterov"):

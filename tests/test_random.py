@@ -132,11 +132,15 @@ def test_a_draw_of_an_eager_key_alone_runs_at_once():
     assert eager.is_eager(z)
     np.testing.assert_array_equal(z.numpy(), np.random.Generator(stream([3, 0])).standard_normal(2))
     np.testing.assert_array_equal(k.value, [3, 1])
-    # a symbolic key and no eager input: a symbolic draw, which eager values cannot mix with
-    symbolic = sg.random.normal((2,), sg.random.key(3))
+    # a symbolic key and no eager input: a symbolic draw; met by an eager value it is drawn then, once, and
+    # the key (a parameter: eager mode's state too) moves on
+    key = sg.random.key(3)
+    symbolic = sg.random.normal((2,), key)
     assert not eager.is_eager(symbolic)
-    with pytest.raises(TypeError, match="cannot mix eager tensors with the symbolic parameter"):
-        z + symbolic
+    np.testing.assert_array_equal((z * 0 + symbolic).numpy(), np.random.Generator(stream([3, 0])).standard_normal(2))
+    np.testing.assert_array_equal(key.value, [3, 1])
+    with pytest.raises(TypeError, match="cannot mix eager tensors with the symbolic placeholder 'x'"):
+        z + sg.placeholder((2,), name="x")
 
 
 class _DropoutNet(nn.Module):

@@ -155,10 +155,11 @@ def _pair(result, source):
 
 
 def _as_eager(v, source):
-    """An eager tensor for a leaf of an eager loop (constants and numbers become eager leaves)."""
+    """An eager tensor for a leaf of an eager loop (constants and numbers become eager leaves; a parameter, a
+    learned initial state, stays itself so that its gradient lands in its ``.grad``)."""
     if is_eager(v):
         return v
-    return eager.tensor(eager._static_value(as_tensor(v), "scan"))
+    return eager.lift(as_tensor(v), "scan")
 
 
 def _no_steps(fn, init_t, init_tree, xs_t, xs_tree, xs, source):

@@ -2,7 +2,7 @@
 
 Each call builds in the layer's name scope (one box per layer in ``sg.to_dot(..., collapse=True)``) and
 calls the op of the same name (sg.conv2d, sg.max_pool2d ...), so the same layer builds a graph from a
-placeholder and computes at once on an eager tensor (``layer.to_eager()``).
+placeholder and computes at once on an eager tensor.
 """
 from __future__ import annotations
 

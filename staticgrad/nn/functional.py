@@ -130,8 +130,10 @@ def _set_now(state, step, keep, what):
     """state <- keep * state + step, in place: an eager leaf's value, or a numpy array's contents."""
     if isinstance(state, np.ndarray) and state.flags.writeable:
         np.copyto(state, keep * state + step, casting="same_kind")
-    elif getattr(state, "_eager", False) and not state.inputs:
+    elif isinstance(state, Tensor) and not state.inputs and state._value is not None and state.op != "constant":
+        # (a module's own buffer, a parameter, is state of eager mode too: one model object runs both ways)
         state.value = (keep * state.value + step).astype(state.dtype)
     else:
-        raise TypeError(f"batch_norm: on an eager input its {what} must be an eager tensor or a writable numpy "
-                        f"array, which it changes at once; got {state!r} (at {user_frame()})")
+        raise TypeError(f"batch_norm: on an eager input its {what} must be a parameter, an eager tensor or a "
+                        f"writable numpy array, which it changes at once; got a {type(state).__name__} "
+                        f"(at {user_frame()})")

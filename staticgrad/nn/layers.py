@@ -134,6 +134,12 @@ class Module:
             found += [item for item in items if isinstance(item, Module)]
         return found
 
+    def zero_grad(self):
+        """Forget the gradients that eager ``loss.backward()`` left in the parameters' ``.grad`` (None, torch's
+        default); the optimizer's ``zero_grad()`` does the same for the parameters it trains."""
+        for p in self.parameters():
+            p.grad = None
+
     def train(self, mode: bool = True):
         """Set ``training`` on this module and every sub-module; returns the module (as torch's)."""
         self.training = bool(mode)

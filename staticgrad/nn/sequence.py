@@ -3,7 +3,7 @@
 Each recurrent layer (and direction) is one ``scan`` over the time steps whose step is written the plain
 way, ``x_t @ W_ih.T + b_ih + h @ W_hh.T + b_hh``: nothing is precomputed by hand for the whole sequence,
 so the same code runs traced into a graph (a sequence of unknown length gives one plan per length fed) and
-eagerly, step by step, on eager tensors (``layer.to_eager()``).
+eagerly, step by step, on eager tensors.
 """
 from __future__ import annotations
 

@@ -151,7 +151,7 @@ def test_batch_norm_refuses_what_torch_refuses_when_built():
 def test_batch_norm_in_a_graph_updates_parameters_only():
     with pytest.raises(TypeError, match="the state it updates must be a parameter"):
         sg.batch_norm(sg.placeholder((4, 3)), np.zeros(3), np.ones(3), training=True)
-    with pytest.raises(TypeError, match="must be an eager tensor or a writable numpy array"):
+    with pytest.raises(TypeError, match="must be a parameter, an eager tensor or a writable numpy array"):
         sg.batch_norm(eager.tensor(np.ones((4, 3))), (0, 0, 0), np.ones(3), training=True)
 
 
