@@ -24,7 +24,7 @@ checks this against every import in the package, and that no imports go round in
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit
     study                                    the static vs dynamic study (loaded on demand)
     staticgrad                               this file: the public API
-    cli demo __main__                        the staticgrad command
+    cli demo demo_model __main__             the staticgrad command; the demo's model (user code)
 """
 from __future__ import annotations
 
