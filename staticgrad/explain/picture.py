@@ -260,7 +260,7 @@ def _marks(pic, node, outputs) -> list:
     if "grad_of" in meta:
         steps = meta.get("sweep") or []
         y = pic.name_of(steps[0]["node"]) if steps else "y"
-        what = f"gradient d{y}/d{pic.name_of(meta['grad_of'])}"
+        what = f"d{y}/d{pic.name_of(meta['grad_of'])}"         # dloss/dW: which output, which input
         lines = [f"{lines[0]}: {what}"] + lines[1:] if lines else [what]
     return [f'<FONT POINT-SIZE="10" COLOR="#7f0000"><B>{_esc(t)}</B></FONT>' for t in lines]
 

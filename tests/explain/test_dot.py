@@ -123,13 +123,23 @@ def test_saved_values_are_drawn_with_their_size(compiled, tmp_path):
     assert any("× ? (unknown dims)" in e["text"] for e in saved)      # h is (None, 3): size per row only
 
 
+def test_gradient_outputs_read_dloss_dw_by_the_names_given():
+    x = sg.placeholder((None, 3), name="x")
+    W = sg.parameter(np.ones((3, 2)), name="W")
+    loss = sg.mean(sg.tanh(x @ W)).named("loss")
+    unnamed = sg.mean(sg.tanh(x @ W))
+    for y, want in ((loss, "output 1: dloss/dW"), (unnamed, f"output 1: d{unnamed.label()}/dW")):
+        text = to_dot(sg.compile([y, sg.grad(y, W)], inputs=[x])).to_string()
+        assert want in text and "gradient d" not in text
+
+
 @needs_graphviz
 def test_outputs_gradients_and_provenance_are_shown(compiled, tmp_path):
     net, grads, fn = compiled
     nodes, _, _ = svg_parts(save_dot(fn, tmp_path / "net.svg"))
     loss_id, gW_id = fn.ir.outputs[0], fn.ir.outputs[1]
     assert "output 0" in nodes[str(loss_id)]["text"]
-    assert "output 1" in nodes[str(gW_id)]["text"] and "gradient dL/dW" in nodes[str(gW_id)]["text"]
+    assert "output 1" in nodes[str(gW_id)]["text"] and "output 1: dL/dW" in nodes[str(gW_id)]["text"]
     h = nodes[str(net["h"].id)]
     assert f"built at {net['h'].source}" in h["tooltip"] and "test_dot.py:" in h["tooltip"]
     assert "name scope: layer1" in h["tooltip"]
