@@ -95,11 +95,11 @@ def test_a_training_steps_gradients_and_updates_go_to_their_layers():
     model = nn.Sequential(nn.Linear(784, 32), sg.relu, nn.Linear(32, 10))
     s = sg.summary(classifier_step(model), batch=8)
     rows = rows_by_layer(s)
-    assert list(rows) == ["0.linear", "1.relu", "2.linear", "(unscoped)"]
+    assert list(rows) == ["0.linear", "1.relu", "2.linear", "softmax_cross_entropy"]    # (nn's losses: a scope)
     # the weight's gradient is (8, 784)^T @ (8, 32): the input's gradient is never computed
     assert rows["0.linear"]["backward"] >= 2 * 8 * 784 * 32
     assert rows["0.linear"]["update"] > 0 and rows["1.relu"]["update"] == 0
-    assert rows["(unscoped)"]["output_shape"] == "()"             # the loss
+    assert rows["softmax_cross_entropy"]["output_shape"] == "()"             # the loss
     assert sum(r[role] for r in s.rows for role in ("forward", "backward", "update")) == s.flops_as_written
     assert set(s.flops_by_role) == {"forward", "backward", "update"}
     assert s.flops == sum(s.flops_by_role.values())
