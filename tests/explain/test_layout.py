@@ -130,7 +130,7 @@ def rendered(dot) -> tuple:
 @needs_graphviz
 def test_collapsed_the_adam_step_fits_a_screen_and_uncollapsed_its_bands_stack(adam_step):
     # (Graphviz 2.43: collapsed 1801 x 812 px, where it drew 4891 x 2473 before nn and optim made scopes;
-    # uncollapsed 5127 x 3536, a row per layer holding its forward nodes, backward nodes and update band)
+    # uncollapsed 4847 x 3536, a row per layer holding its forward nodes, backward nodes and update band)
     fn, _, _ = adam_step
     (width, height), _ = rendered(to_dot(fn, collapse=True))
     assert width < 2200 and height < 1600
