@@ -1,8 +1,8 @@
 """Render the pictures under docs/ (run: .venv/bin/python docs/make_pictures.py; needs Graphviz's dot).
 
 The 2-3-2-1 sigmoid network with 20 parameters and the polynomial of docs/worked_examples.md
-(examples 3 and 1), drawn the ways `sg.to_dot` offers (forward and backward side by side, values and
-gradient flow, name scopes collapsed, what the passes did), and a tanh RNN's two loops (rnn_loop()).
+(examples 3 and 1), drawn the ways `sg.to_dot` offers (forward and backward side by side, values and gradient
+flow, name scopes collapsed, what the passes did), a tanh RNN's loops, an MLP's Adam step (collapsed, whole).
 """
 import os
 
@@ -56,6 +56,18 @@ def rnn_loop():
     return sg.compile([loss] + sg.grad(loss, [Wx, Wh, b]), inputs=[X])
 
 
+def adam_step():
+    """One Adam step of a 2-8-8-1 tanh MLP on a logistic loss: nn's layers and optim's states build in name
+    scopes, so collapse=True draws a box per layer and per optimizer state."""
+    from staticgrad import nn, optim
+    x, t = sg.placeholder((None, 2), name="x"), sg.placeholder((None, 1), name="t")
+    model = nn.MLP([2, 8, 8, 1], activation="tanh", seed=0)
+    loss = nn.binary_cross_entropy_with_logits(model(x), t)
+    loss.name = "loss"
+    opt = optim.Adam(model, lr=0.01)
+    return sg.compile(loss, inputs=[x, t], updates=opt.updates(loss))
+
+
 def main():
     net, feeds = sigmoid_net()
     out = lambda name: os.path.join(HERE, name)      # noqa: E731
@@ -73,6 +85,9 @@ def main():
         sg.trace(poly, (5.0, 7.0), file=fh)
     written.append(out("polynomial_trace.txt"))
     written.append(sg.save_dot(rnn_loop(), out("rnn_loop.svg")))
+    step = adam_step()      # (built last: the ids above stay those the docs quote)
+    written.append(sg.save_dot(step, out("mlp_adam_step_collapsed.svg"), collapse=True))
+    written.append(sg.save_dot(step, out("mlp_adam_step.svg")))
     for path in written:
         print(os.path.relpath(path))
 

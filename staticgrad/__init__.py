@@ -17,14 +17,14 @@ checks this against every import in the package, and that no imports go round in
     loops                                    scan, cond, while_loop: control flow traced into bodies
     lower                                    optimized graph -> runnable program, per call shape
     passes                                   the optimization passes and their ledger
-    data progress feeds report encoding      batches and progress; what calls and reports show; values <-> JSON
+    data feeds report encoding               batches, fit and its bar; what calls and reports show; values <-> JSON
     graphdoc                                 a graph and its loops' bodies <-> JSON, checked as it loads
     function                                 the compiled Function: feeds, plans, call, updates
     compiler                                 sg.compile: passes, then a Function
     explain io testing nn optim              seeing inside; files; gradient checks; the training kit
     study distributed                        the static vs dynamic study; training on Dask (both on demand)
     staticgrad                               this file: the public API
-    cli demo __main__                        the staticgrad command
+    cli demo demo_model __main__             the staticgrad command; the demo's model (user code)
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import importlib
 from . import data, eager, explain, loops, nn, ops, optim, passes, random
 from .autodiff import grad
 from .compiler import compile
-from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, to_dot, trace
+from .explain import GraphvizNotFound, Trace, diff_dot, save_dot, summary, to_dot, trace
 from .function import ExecutionError, Function
 from .io import LoadError, LoadLimitError, load, load_parameters, save, save_parameters
 from .loops import cond, fori_loop, scan, while_loop
@@ -65,7 +65,7 @@ __all__ = [
     "Tensor", "placeholder", "parameter", "constant", "name_scope", "grad", "compile", "Function", "Report",
     "StaticgradError", "ShapeError", "FeedError", "GradError", "NumericsError", "ExecutionError", "LoadError",
     "LoadLimitError", "GraphvizNotFound",
-    "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace",
+    "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace", "summary",
     "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm", "global_avg_pool2d", "dropout",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "distributed", "conv1d", "random",
 ] + sorted(_OPS)

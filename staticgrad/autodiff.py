@@ -242,7 +242,7 @@ def grad(y: Tensor, wrt: Tensor | Sequence[Tensor], grad_output: TensorLike | No
         raise TypeError(f"grad: y must be a tensor, got {type(y).__name__} (at {source})")
     _check_wrt(wrt, source)
     if y.dtype.kind != "f":
-        raise GradError(f"grad: y has dtype {y.dtype}; only real floating outputs can be differentiated "
+        raise GradError(f"grad: {_y(y)} has dtype {y.dtype}; only real floating outputs can be differentiated "
                         f"(at {source})")
     # Built-in VJP rules are package code: every tensor they make belongs to this line of the user's.
     with building(role="backward", source=source):
@@ -254,10 +254,15 @@ def grad(y: Tensor, wrt: Tensor | Sequence[Tensor], grad_output: TensorLike | No
         return _results(wrt, adjoint, single, sweep, y)
 
 
+def _y(y) -> str:
+    """How an error names y: by the user's name for it, when it has one."""
+    return f"y ({y.name!r})" if y.name else "y"
+
+
 def _seed(y, grad_output, source):
     if grad_output is None:
         if y.shape != ():
-            raise GradError(f"grad: y has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
+            raise GradError(f"grad: {_y(y)} has shape {format_shape(y.shape)}; pass grad_output for a non-scalar "
                             f"y (a vector-Jacobian product) or reduce it first (at {source})")
         return as_tensor(1.0, like=y.dtype)
     seed = as_tensor(grad_output, like=y.dtype)

@@ -17,7 +17,9 @@ def _positive_int(text):
 
 
 def main(argv=None):
+    from . import __version__
     parser = argparse.ArgumentParser(prog="staticgrad", description="define-and-run autodiff for numpy")
+    parser.add_argument("--version", action="version", version=f"staticgrad {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="train a 2-8-8-1 MLP on two moons and write its graph as DOT")
     demo.add_argument("--out", default="staticgrad-demo", help="folder for the graph files")

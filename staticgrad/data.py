@@ -5,11 +5,10 @@ The graph is compiled once; these helpers only slice arrays and call it, batch a
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 
 import numpy as np
-
-from .progress import Progress
 
 
 class Batches:
@@ -73,44 +72,62 @@ def _first_scalar(result):
     return float(arr) if arr is not None and arr.ndim == 0 else None
 
 
+def _bar(total, progress, desc=None):
+    """tqdm's bar (tqdm.auto: a widget in a notebook, a line on a terminal). ``progress`` None shows it on a
+    terminal or in a notebook only, so logs, pipes and CI stay clean; True and False force it."""
+    from tqdm.auto import tqdm  # here: importing tqdm costs a tenth of a second, training does not
+    return tqdm(total=total, desc=desc or None, unit="batch", disable=None if progress is None else not progress)
+
+
+def _is_flag(progress):
+    return progress is None or isinstance(progress, (bool, int))
+
+
+def _run(fn, batches, bar, name, shown):
+    """Call ``fn`` on every batch, advancing ``bar`` and showing the running mean of a scalar result as
+    ``shown[name]`` (``shown`` holds whatever else the bar shows, such as last epoch's metrics)."""
+    results, running, count = [], 0.0, 0
+    drawn = not getattr(bar, "disable", False)
+    # Formatting the postfix costs more than a small step: do it at most as often as tqdm redraws.
+    interval, due = getattr(bar, "mininterval", 0.0), 0.0
+    for batch in batches:
+        result = _call(fn, batch)
+        results.append(result)
+        value = _first_scalar(result)
+        if value is not None:
+            running, count = running + value, count + 1
+            if drawn and time.monotonic() >= due:
+                shown[name] = running / count
+                bar.set_postfix(shown, refresh=False)
+                due = time.monotonic() + interval
+        bar.update(1)
+    if drawn and count:
+        shown[name] = running / count           # what the bar shows when it closes or the epoch ends
+        bar.set_postfix(shown, refresh=False)
+    return results
+
+
 def run_batches(fn, batches, progress=None, desc=None, name="loss"):
     """Call ``fn`` on every batch and return the list of what it returned.
 
     A batch may be a tuple (positional feeds), a dict (feeds by placeholder or name) or one array.
-    ``progress``: None shows a bar only on a terminal, False never, True always, or a
-    :class:`~staticgrad.progress.Progress` to advance (left open for the caller). When ``fn`` returns a
-    scalar first, the bar shows its running mean as ``name``.
+    ``progress``: None shows a tqdm bar only on a terminal or in a notebook, False never, True always; or
+    give a tqdm bar of your own to advance (left open for the caller). When ``fn`` returns a scalar first,
+    the bar shows its running mean as ``name``.
     """
-    own = not isinstance(progress, Progress)
-    if own:
-        try:
-            total = len(batches)
-        except TypeError:
-            total = None
-        enabled = None if progress is None else bool(progress)
-        bar = Progress(total=total, desc=desc or "", enabled=enabled)
-    else:
-        bar = progress
-    results, running, count = [], 0.0, 0
+    if not _is_flag(progress):
+        return _run(fn, batches, progress, name, {})
     try:
-        for batch in batches:
-            result = _call(fn, batch)
-            results.append(result)
-            value = _first_scalar(result)
-            if value is not None:
-                running, count = running + value, count + 1
-                bar.update(1, **{name: running / count})
-            else:
-                bar.update(1)
-    finally:
-        if own:
-            bar.close()
-    return results
+        total = len(batches)
+    except TypeError:
+        total = None
+    with _bar(total, progress, desc) as bar:
+        return _run(fn, batches, bar, name, {})
 
 
 class History:
     """What :func:`fit` saw: ``history.loss[e]`` is the mean loss of epoch e, ``history.metrics`` the
-    values ``validate`` returned (one dict per epoch)."""
+    values ``validate`` returned (one dict per epoch); ``history.plot()`` draws them."""
 
     def __init__(self):
         self.loss = []
@@ -120,16 +137,63 @@ class History:
         last = f", last loss {self.loss[-1]:.4g}" if self.loss else ""
         return f"<History {len(self.loss)} epochs{last}>"
 
+    def plot(self, ax=None):
+        """Draw the curves per epoch with matplotlib and return the Axes: the training loss, and every
+        metric ``validate`` returned (losses beside it; the rest, such as accuracy, on a second y axis at
+        the right). ``ax``: the matplotlib Axes to draw into (default: a new figure)."""
+        try:
+            import matplotlib
+        except ImportError as err:
+            raise ImportError("History.plot needs matplotlib, an optional extra: pip install 'staticgrad[plot]' "
+                              "(or pip install matplotlib)") from err
+        if not self.loss:
+            raise ValueError("History.plot: nothing to plot, the history has no epochs")
+        from matplotlib.ticker import MaxNLocator
+        if ax is None:
+            import matplotlib.pyplot as plt
+            _, ax = plt.subplots()
+        marker = "." if len(self.loss) <= 30 else None          # dots for a few epochs; clutter for many
+        ax.plot(np.arange(1, len(self.loss) + 1), self.loss, marker=marker, label="training loss")
+        names = list(dict.fromkeys(key for metrics in self.metrics for key in metrics))
+        others = [key for key in names if "loss" not in key.lower()]
+        right = ax.twinx() if others else None
+        colors = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color", [None])
+        for k, key in enumerate(names, 1):
+            values = [_as_float(metrics.get(key)) for metrics in self.metrics]
+            (right if key in others else ax).plot(np.arange(1, len(values) + 1), values, marker=marker, label=key,
+                                                  color=colors[k % len(colors)], linestyle="--")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("loss")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        handles, labels = ax.get_legend_handles_labels()
+        if right is not None:
+            right.set_ylabel(others[0] if len(others) == 1 else "metrics")
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        # Above the plot: inside it, one axes' legend would hide the other axes' curves.
+        ax.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 3),
+                  frameon=False)
+        return ax
+
+
+def _as_float(value):
+    """A metric as a number to draw (NaN, a gap in the curve, for an epoch without it or a non-number)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
 
 def fit(step, data, epochs=1, progress=None, validate=None, log=None):
     """Train by calling the compiled ``step`` on every batch of ``data`` for ``epochs`` epochs.
 
     ``step`` returns the loss (alone or first of its outputs). ``data`` is re-iterated each epoch
     (a :class:`Batches`, or any re-iterable of batches; a one-shot iterator only for one epoch, and an
-    epoch without batches is an error). One bar covers the whole run, showing the epoch
-    and the epoch's running mean loss (terminal only unless ``progress=True``). ``validate()``, if
-    given, is called after each epoch and returns a dict of metrics shown on the bar and kept in the
-    history. ``log(epoch, loss, metrics)`` is called after each epoch too.
+    epoch without batches is an error). One tqdm bar covers the whole run, showing the epoch and the
+    epoch's running mean loss (on a terminal or in a notebook only unless ``progress`` is True or False;
+    or a tqdm bar of your own). ``validate()``, if given, is called after each epoch and returns a dict of
+    metrics shown on the bar and kept in the history. ``log(epoch, loss, metrics)`` is called after each
+    epoch too.
     """
     epochs = int(epochs)
     if epochs > 1 and isinstance(data, Iterator):
@@ -141,15 +205,12 @@ def fit(step, data, epochs=1, progress=None, validate=None, log=None):
     except TypeError:
         per_epoch = None
     total = per_epoch * epochs if per_epoch is not None else None
-    if isinstance(progress, Progress):
-        bar, own = progress, False
-    else:
-        bar, own = Progress(total=total, enabled=None if progress is None else bool(progress)), True
-    history = History()
+    bar = _bar(total, progress, f"epoch 1/{epochs}") if _is_flag(progress) else progress
+    history, shown = History(), {}
     try:
         for epoch in range(1, epochs + 1):
-            bar.set_description(f"epoch {epoch}/{epochs}")
-            results = run_batches(step, data, progress=bar)
+            bar.set_description(f"epoch {epoch}/{epochs}", refresh=False)
+            results = _run(step, data, bar, "loss", shown)
             if not results:
                 raise ValueError(f"fit: data gave no batches in epoch {epoch}"
                                  + (" after giving some in epoch 1; it must yield the batches again each epoch "
@@ -159,12 +220,13 @@ def fit(step, data, epochs=1, progress=None, validate=None, log=None):
             history.loss.append(loss)
             metrics = dict(validate()) if validate is not None else {}
             history.metrics.append(metrics)
-            if metrics:
-                bar.set_postfix(**metrics)
+            if metrics and not getattr(bar, "disable", False):
+                shown.update(metrics)
+                bar.set_postfix(shown, refresh=False)
             if log is not None:
                 log(epoch, loss, metrics)
     finally:
-        if own:
+        if _is_flag(progress):
             bar.close()
     return history
 

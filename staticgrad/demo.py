@@ -9,24 +9,33 @@ from __future__ import annotations
 import os
 import sys
 
-from . import data, nn, optim
-from .autodiff import grad
-from .compiler import compile
-from .explain.dot import save_dot
+from . import data, demo_model, nn
+from .explain.dot import GraphvizNotFound, save_dot
 from .io import save
-from .ops import reshape
-from .tensor import placeholder
+from .tensor import StaticgradError
+
+NO_GRAPHVIZ = ("no SVG pictures: Graphviz's `dot` program is not installed (apt-get install graphviz / "
+               "brew install graphviz / conda install graphviz); the .dot files are written")
 
 
-def _write_pictures(fn, base, log):
-    """``base``.dot always; ``base``.svg when Graphviz's dot can render it. Returns the paths written."""
-    written = [save_dot(fn, base + ".dot")]
-    try:
-        written.append(save_dot(fn, base + ".svg"))
-    except Exception as err:        # no Graphviz, or a dot that fails: the .dot file is still there
-        if os.path.exists(base + ".svg"):
-            os.remove(base + ".svg")        # a failed render may leave a half-drawn file behind
-        log(f"  (no SVG for {os.path.basename(base)}: {str(err).splitlines()[0][:160]})")
+def _write_pictures(pictures, out_dir, log):
+    """Each (name, function) as name.dot, and as name.svg when Graphviz's dot can render it; a missing
+    Graphviz is said once, in one line. Returns the paths written."""
+    written, missing = [], False
+    for name, fn in pictures:
+        base = os.path.join(out_dir, name)
+        written.append(save_dot(fn, base + ".dot"))
+        if missing:
+            continue
+        try:
+            written.append(save_dot(fn, base + ".svg"))
+        except GraphvizNotFound:
+            missing = True
+            log(NO_GRAPHVIZ)
+        except (StaticgradError, OSError) as err:   # a dot that fails on this picture: the .dot file stays
+            if os.path.exists(base + ".svg"):
+                os.remove(base + ".svg")        # a failed render may leave a half-drawn file behind
+            log(f"  (no SVG for {name}: {' '.join(str(err).split())})")
     return written
 
 
@@ -35,17 +44,9 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     X, y = data.make_moons(512, noise=0.15, seed=seed)
     X_test, y_test = data.make_moons(256, noise=0.15, seed=seed + 1)
 
-    # 1. Describe the model once, over placeholders (None: any batch size).
-    x = placeholder((None, 2), name="x")
-    t = placeholder((None,), name="t")
-    model = nn.MLP([2, 8, 8, 1], activation="tanh", seed=seed)
-    logits = reshape(model(x), (-1,))
-    loss = nn.binary_cross_entropy_with_logits(logits, t)
-
-    # 2. Compile: forward + backward + the optimizer's updates become one function.
-    opt = optim.SGD(model, lr=0.5)
-    step = compile(loss, inputs=[x, t], updates=opt.updates(loss))
-    predict = compile(logits, inputs=[x])
+    # The model is user code of its own (demo_model.py): what the pictures and the code show names its lines.
+    built = demo_model.build(seed=seed)
+    step, predict = built.step, built.predict
     nodes = step.ir.nodes.values()
     log(f"compiled one training step: {len(step.ir.nodes)} nodes "
         f"({sum(n.role == 'forward' for n in nodes)} forward, {sum(n.role == 'backward' for n in nodes)} backward, "
@@ -66,20 +67,20 @@ def run(out_dir="staticgrad-demo", epochs=300, seed=0, batch_size=64, log=print,
     final_loss = history.loss[-1] if history.loss else float("nan")
     log(f"final: loss {final_loss:.4f}, test accuracy {accuracy:.3f} on {len(X_test)} points")
 
-    # 4. Look inside: pictures, generated code, and the model saved as JSON + arrays.
+    # 4. Look inside: pictures, generated code (a module of its own), and the model saved as JSON + arrays.
     os.makedirs(out_dir, exist_ok=True)
-    grads = grad(loss, model.parameters())
-    forward_backward = compile([loss] + grads, inputs=[x, t])
-    files = _write_pictures(forward_backward, os.path.join(out_dir, "moons_forward_backward"), log)
-    files += _write_pictures(step, os.path.join(out_dir, "moons_train_step"), log)
-    source = os.path.join(out_dir, "moons_train_step.py")
-    with open(source, "w") as fh:
-        fh.write(step.source)
-    files += [source, save({"step": step, "predict": predict}, os.path.join(out_dir, "moons_model.npz"))]
+    forward_backward = demo_model.forward_backward(built)
+    files = _write_pictures([("moons_forward_backward", forward_backward), ("moons_train_step", step)], out_dir, log)
+    # The step's generated code as a module that runs on its own (its arrays in moons_train_step.npz).
+    source = step.save_source(os.path.join(out_dir, "moons_train_step.py"))
+    files += [source, source[:-3] + ".npz", save({"step": step, "predict": predict},
+                                                 os.path.join(out_dir, "moons_model.npz"))]
     log(f"wrote to {out_dir}/:")
     for path in files:
         log(f"  {os.path.basename(path)}")
     log("the pictures tell the forward, backward and update parts apart (see their legend); "
         f"staticgrad.load({os.path.join(out_dir, 'moons_model.npz')!r}) gives the trained functions back "
         "(a dict: 'step' and 'predict')")
+    log(f"moons_train_step.py runs on its own: cd {out_dir} && python -c \"import numpy as np, "
+        "moons_train_step as m; print(m.run(np.zeros((64, 2)), np.zeros(64))[0])\"")
     return {"accuracy": accuracy, "loss": history.loss, "files": files, "out_dir": out_dir}

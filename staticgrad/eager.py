@@ -28,7 +28,6 @@ from .graph import ancestors, reverse_order
 from .ops import registry
 from .ops.registry import REGISTRY
 from .tensor import (
-    _PACKAGE_DIR,
     CONTEXT,
     GradError,
     NumericsError,
@@ -37,6 +36,7 @@ from .tensor import (
     _ids,
     building,
     format_shape,
+    library_file,
     origin,
     user_frame,
 )
@@ -324,7 +324,7 @@ def _source():
         filename = frame.f_code.co_filename
         base = _FILES.get(filename)
         if base is None:
-            base = _FILES[filename] = "" if filename.startswith(_PACKAGE_DIR) else os.path.basename(filename)
+            base = _FILES[filename] = "" if library_file(filename) else os.path.basename(filename)
         if base:
             return f"{base}:{frame.f_lineno}"
         frame = frame.f_back

@@ -1,6 +1,7 @@
 """The compiled Function: checks feeds, runs the plan for their shapes, then assigns the parameter updates."""
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import deque
@@ -11,6 +12,8 @@ import numpy as np
 from .feeds import Feeds, check_feed
 from .graph import Graph
 from .lower import Backend, Program, as_backend, build_program, failed_node
+from .lower.interpret import StepProgram
+from .lower.standalone import module_source
 from .passes import finish_rows
 from .report import Report
 from .tensor import FeedError, NumericsError, StaticgradError, Tensor, format_shape, gc_paused, origin
@@ -22,6 +25,11 @@ class ExecutionError(StaticgradError):
 
 # Only CPython's reference counts say for sure that nothing else can see an array.
 _REFCOUNTS = sys.implementation.name == "cpython"
+
+# What fn.source starts with: its names are bound by staticgrad, so the text alone does not run.
+READING = ("# For reading: this code runs inside staticgrad, which binds the names it uses (P the parameters,\n"
+           "# w.. workspace buffers, c.. constants, the kernels). fn.save_source('name.py') writes a module that\n"
+           "# runs on its own (import name; name.run(...)), its parameters and constants in name.npz beside it.\n")
 
 
 class _Idle(list):
@@ -321,14 +329,49 @@ class Function:
         """The generated executor code: the plan for the latest feed shapes; before any call, the numpy plan
         for the inputs' static shapes (memory planning and all), or the shape-generic code where a size is
         unknown."""
+        program = self._last
+        if program is None:
+            if self._preview is None:
+                key = tuple(n.shape for n in self.feeds.nodes)
+                shapes = None if any(None in shape for shape in key) else key
+                numpy_only = Backend("numpy", scalar=False, memory_planning=self.backend.memory_planning)
+                self._preview = build_program(self.ir, shapes, numpy_only)
+            program = self._preview
+        # (a plan run as steps is too large to save as source: its summary says what it is)
+        return program.source if isinstance(program, StepProgram) else READING + program.source
+
+    def save_source(self, path) -> str:
+        """Write this function's plan as a module that runs on its own: ``path`` (``name.py``), and beside it
+        ``name.npz`` with the parameters' current values and the plan's constants (loaded without pickles).
+
+        ``import name``, then ``name.run(*feeds)`` gives the outputs and the new values of the parameters it
+        updates, as lists; ``name.step(*feeds)`` also gives the parameters (``name.P``) those values. The
+        plan is the numpy one (whatever this function's backend, and without numerics checks) for the feed
+        shapes of the latest plan built, or before any call the inputs' static shapes. Returns ``path``.
+        """
+        shapes = self._saved_shapes()
+        backend = self.backend.replace(name="numpy", scalar=False, check_numerics=False)
+        with gc_paused():
+            program = build_program(self.ir, shapes, backend)
+        nodes, parameters = self.ir.nodes, self.ir.parameter_ids()
+        feeds = [(node.dtype, shape) for node, shape in zip(self.feeds.nodes, shapes)]
+        outputs = [nodes[o].label() for o in self.ir.outputs]
+        updated = [(parameters.index(p), nodes[p].label()) for p, _ in self.ir.updates]
+        name = os.path.splitext(os.path.basename(path))[0]
+        text, arrays = module_source(program, name, feeds, outputs, updated)
+        np.savez(os.path.splitext(path)[0] + ".npz", **arrays)
+        with open(path, "w") as fh:
+            fh.write(text)
+        return path
+
+    def _saved_shapes(self):
         if self._last is not None:
-            return self._last.source
-        if self._preview is None:
-            key = tuple(n.shape for n in self.feeds.nodes)
-            shapes = None if any(None in shape for shape in key) else key
-            numpy_only = Backend("numpy", scalar=False, memory_planning=self.backend.memory_planning)
-            self._preview = build_program(self.ir, shapes, numpy_only)
-        return self._preview.source
+            return [tuple(self._last.shapes[i]) for i in self.ir.inputs]
+        for node in self.feeds.nodes:
+            if None in node.shape:
+                raise FeedError(f"save_source: placeholder {node.label()!r} has shape {format_shape(node.shape)}, "
+                                "and a saved plan is for known sizes: call the function once first")
+        return [node.shape for node in self.feeds.nodes]
 
     @property
     def graph(self):

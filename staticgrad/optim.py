@@ -21,7 +21,7 @@ import numpy as np
 
 from . import eager, ops
 from .autodiff import grad
-from .tensor import ShapeError, Tensor, format_shape, parameter
+from .tensor import ShapeError, Tensor, format_shape, name_scope, parameter
 
 
 def _describe(p) -> str:
@@ -130,6 +130,11 @@ class Optimizer:
     def _lr_as(self, p):
         return self._lr if self._lr.dtype == p.dtype else ops.cast(self._lr, p.dtype)
 
+    def _scope(self, state):
+        """The name scope the new values of one kind of state are built in ("adam.m"): a collapsed picture
+        draws each as one box, while a parameter's own update draws in the box of the layer it belongs to."""
+        return name_scope(f"{type(self).__name__.lower()}.{state}")
+
 
 def _grad_value(p):
     g = p.grad._value if isinstance(p.grad, Tensor) else np.asarray(p.grad)
@@ -172,7 +177,8 @@ class SGD(Optimizer):
                 g = g + self.weight_decay * p
             if self.momentum:
                 # With a zero initial buffer, momentum * 0 + g equals torch's first-step copy of g.
-                buf = self.buffers[k] * self.momentum + g
+                with self._scope("momentum"):
+                    buf = self.buffers[k] * self.momentum + g
                 pairs.append((self.buffers[k], buf))
                 g = g + self.momentum * buf if self.nesterov else buf
             pairs.append((p, p - self._lr_as(p) * g))
@@ -198,12 +204,13 @@ class Adam(Optimizer):
 
     def step_updates(self, grads):
         beta1, beta2 = self.betas
-        step = self.step_count + 1.0
-        pairs = [(self.step_count, step)]
-        # Bias corrections in float64 from the step count, as torch computes them in Python floats.
-        bc1 = 1.0 - ops.pow(np.float64(beta1), step)
-        bc2_sqrt = ops.sqrt(1.0 - ops.pow(np.float64(beta2), step))
-        step_size = self._lr / bc1
+        with self._scope("step"):
+            step = self.step_count + 1.0
+            pairs = [(self.step_count, step)]
+            # Bias corrections in float64 from the step count, as torch computes them in Python floats.
+            bc1 = 1.0 - ops.pow(np.float64(beta1), step)
+            bc2_sqrt = ops.sqrt(1.0 - ops.pow(np.float64(beta2), step))
+            step_size = self._lr / bc1
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
             if g is None:
                 continue
@@ -211,9 +218,11 @@ class Adam(Optimizer):
             if self.weight_decay and not self.decoupled:
                 g = g + self.weight_decay * p
             base = p * (1.0 - self._lr_as(p) * self.weight_decay) if self.weight_decay and self.decoupled else p
-            m_new = m + (1.0 - beta1) * (g - m)            # torch's lerp for weights below 0.5
-            v_new = v * beta2 + (1.0 - beta2) * (g * g)
-            denom = ops.sqrt(v_new) / cast(bc2_sqrt) + self.eps
+            with self._scope("m"):
+                m_new = m + (1.0 - beta1) * (g - m)            # torch's lerp for weights below 0.5
+            with self._scope("v"):
+                v_new = v * beta2 + (1.0 - beta2) * (g * g)
+                denom = ops.sqrt(v_new) / cast(bc2_sqrt) + self.eps
             pairs += [(m, m_new), (v, v_new), (p, base - cast(step_size) * (m_new / denom))]
         return pairs
 

@@ -18,6 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_PREFIX = _PACKAGE_DIR + os.sep
+# The package's files that are user code all the same, written as a user would write theirs: provenance
+# names their lines instead of looking past them (the demo's model, so its pictures and generated code
+# point into it). Paths relative to the package; the one list the frame filters read.
+USER_CODE = ("demo_model.py",)
+_USER_FILES = frozenset(os.path.join(_PACKAGE_DIR, path) for path in USER_CODE)
 _ids = itertools.count()
 
 # The ops of leaves: values a call supplies (placeholders, parameters) and values baked into the graph.
@@ -141,14 +147,20 @@ def gc_paused():
             gc.enable()
 
 
+def library_file(filename: str) -> bool:
+    """Whether ``filename`` is the package's own code, which provenance looks past (not a USER_CODE file)."""
+    return filename.startswith(_PACKAGE_PREFIX) and filename not in _USER_FILES
+
+
 def user_frame() -> str:
-    """``file:line`` of the innermost caller outside the staticgrad package (where the user wrote it)."""
+    """``file:line`` of the innermost caller outside the staticgrad package (where the user wrote it), or in
+    one of its USER_CODE files."""
     if CONTEXT.source is not None:
         return CONTEXT.source
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR):
+        if not filename.startswith(_PACKAGE_PREFIX) or filename in _USER_FILES:
             key = (filename, frame.f_lineno)
             source = _SOURCES.get(key)
             if source is None:
@@ -254,6 +266,14 @@ class Tensor:
         return sorted(found, key=lambda p: p.id)
 
     # ----------------------------------------------------------------- display
+    def named(self, name: str) -> Tensor:
+        """Give this tensor ``name`` and return it: ``loss = (...).named("loss")``. Errors, pictures (a gradient
+        reads ``dloss/dW``), traces and the generated code's comments call it by that name."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"named: expected a non-empty string, got {name!r} (at {user_frame()})")
+        self.name = name
+        return self
+
     def label(self) -> str:
         """What tables, pictures and errors call it: its name, else ``op#id``."""
         return self.name or f"{self.op}#{self.id}"

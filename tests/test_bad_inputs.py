@@ -1,6 +1,6 @@
-"""Every bad input the README's table lists gets the error the table says, with a message naming what was
-wrong. The table (README.md, "Bad inputs and the errors they get") and CASES must list the same cases in
-the same order: test_the_readme_table_lists_every_case checks it."""
+"""Every bad input the docs' table lists gets the error the table says, with a message naming what was
+wrong. The table (docs/errors.md, "Bad inputs and the errors they get") and CASES must list the same cases
+in the same order: test_the_docs_table_lists_every_case checks it."""
 import builtins
 import zipfile
 from pathlib import Path
@@ -355,9 +355,9 @@ def test_bad_input_gets_its_error(what, error, message, fn, tmp_path):
     assert type(info.value).__name__ == error or error in {c.__name__ for c in type(info.value).__mro__}
 
 
-def test_the_readme_table_lists_every_case():
-    text = (Path(__file__).parents[1] / "README.md").read_text()
-    section = text.split("### Bad inputs and the errors they get", 1)[1]
+def test_the_docs_table_lists_every_case():
+    text = (Path(__file__).parents[1] / "docs" / "errors.md").read_text()
+    section = text.split("## Bad inputs and the errors they get", 1)[1]
     table = next(block for block in section.split("\n\n") if block.startswith("| "))
     rows = [[cell.strip().strip("`") for cell in line.strip("|").split(" | ")] for line in table.splitlines()[2:]]
     assert [(r[0], r[1]) for r in rows] == [(c[0], c[1]) for c in CASES]

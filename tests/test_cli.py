@@ -1,10 +1,13 @@
 """The `staticgrad` command."""
+import importlib.metadata
+import pathlib
 import re
 import shutil
 import subprocess
 
 import pytest
 
+import staticgrad as sg
 from staticgrad.cli import main
 
 
@@ -34,6 +37,19 @@ def test_demo_with_an_unknown_option_fails():
     with pytest.raises(SystemExit) as info:
         main(["demo", "--no-such-option"])
     assert info.value.code != 0
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"staticgrad {sg.__version__}\n"
+
+
+def test_the_versions_agree():
+    pyproject = (pathlib.Path(sg.__file__).parent.parent / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "([^"]+)"$', pyproject, re.M).group(1)
+    assert sg.__version__ == declared == importlib.metadata.version("staticgrad")
 
 
 def test_no_command_fails():

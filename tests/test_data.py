@@ -1,12 +1,13 @@
-"""staticgrad.data: batches, run_batches, fit, predict."""
+"""staticgrad.data: batches, run_batches, fit and its tqdm bar, History.plot, predict."""
 import io
+import sys
 
 import numpy as np
 import pytest
+from tqdm.std import tqdm
 
 import staticgrad as sg
 from staticgrad import data, nn, optim
-from staticgrad.progress import Progress
 
 
 def test_batches_cover_the_data_in_order_without_shuffle():
@@ -72,16 +73,41 @@ def test_run_batches_calls_the_function_once_per_batch_in_any_feed_style():
     assert data.run_batches(double, [{"x": np.ones(2)}, (np.zeros(1),)], progress=False)[0].tolist() == [2, 2]
 
 
-def test_run_batches_draws_a_bar_with_the_running_loss():
+def test_run_batches_advances_a_given_tqdm_bar_with_the_running_loss_and_leaves_it_open():
     step, _, _ = _linear_step()
     X, y = np.ones((8, 2)), np.ones(8)
     out = io.StringIO()
-    bar = Progress(total=4, file=out, enabled=True, min_interval=0)
+    bar = tqdm(total=4, file=out, mininterval=0)
     losses = data.run_batches(step, data.batches(X, y, batch_size=2), progress=bar)
+    assert bar.n == 4 and not bar.disable                         # advanced, not closed: the caller's bar
     bar.close()
     text = out.getvalue()
     assert len(losses) == 4
-    assert "4/4" in text and f"loss={np.mean(losses):.4g}" in text
+    assert "4/4" in text and f"loss={tqdm.format_num(float(np.mean(losses)))}" in text
+
+
+def test_run_batches_own_bar_is_tqdms_on_stderr_when_forced(monkeypatch):
+    x = sg.placeholder((None,), name="x")
+    total = sg.compile(sg.sum(x), inputs=[x])
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    data.run_batches(total, data.batches(np.arange(6.0), batch_size=2), progress=True, desc="scoring", name="sum")
+    last = err.getvalue().rstrip("\n").split("\r")[-1]
+    assert last.startswith("scoring: 100%|") and "3/3" in last and "batch/s" in last and "sum=5" in last
+    data.run_batches(total, data.batches(np.arange(6.0), batch_size=2))          # None: a pipe shows nothing
+    assert err.getvalue().count("scoring") and err.getvalue().endswith("\n")
+    assert "3/3 [" not in err.getvalue().split("\n", 1)[1]
+
+
+def test_the_bar_is_tqdm_auto_shown_on_a_terminal_only_unless_forced(monkeypatch):
+    import tqdm.auto
+    term, pipe = io.StringIO(), io.StringIO()
+    term.isatty = lambda: True
+    for stream, shown in ((term, True), (pipe, False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        for progress, expected in ((None, shown), (True, True), (False, False)):
+            with data._bar(3, progress) as bar:
+                assert isinstance(bar, tqdm.auto.tqdm) and bar.disable is not expected
 
 
 def test_fit_trains_and_records_the_mean_loss_per_epoch(rng):
@@ -110,10 +136,75 @@ def test_fit_shows_one_bar_for_the_whole_run_on_a_terminal_only(monkeypatch):
     term.isatty = lambda: True
     for stream in (term, pipe):
         monkeypatch.setattr("sys.stderr", stream)
-        data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=3)
+        data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=3,
+                 validate=lambda: {"acc": 0.75})
     assert pipe.getvalue() == ""
-    assert "epoch 3/3" in term.getvalue() and "6/6" in term.getvalue()
+    last = term.getvalue().rstrip("\n").split("\r")[-1]
+    assert last.startswith("epoch 3/3: 100%|") and "6/6" in last and "loss=" in last and "acc=0.75" in last
     assert term.getvalue().count("\n") == 1
+
+
+def test_fit_advances_a_given_tqdm_bar_and_leaves_it_open():
+    step, _, _ = _linear_step()
+    out = io.StringIO()
+    with tqdm(total=6, file=out, mininterval=0) as bar:
+        history = data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=3, progress=bar)
+        assert bar.n == 6 and not bar.disable
+    assert f"loss={tqdm.format_num(history.loss[-1])}" in out.getvalue()    # the last batch's running mean
+    assert "epoch 3/3" in out.getvalue()
+
+
+def _history():
+    history = data.History()
+    history.loss = [0.9, 0.5, 0.3]
+    history.metrics = [{"val_loss": 1.0, "acc": 0.6}, {"val_loss": 0.7, "acc": 0.8}, {"val_loss": 0.6, "acc": 0.9}]
+    return history
+
+
+def test_history_plot_draws_losses_left_and_metrics_on_a_second_axis():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    figure = Figure()
+    ax = figure.subplots()
+    assert _history().plot(ax=ax) is ax
+    lines = {line.get_label(): line for a in figure.axes for line in a.get_lines()}
+    assert set(lines) == {"training loss", "val_loss", "acc"}
+    assert lines["training loss"].axes is ax and lines["val_loss"].axes is ax
+    right = lines["acc"].axes
+    assert right is not ax and right.get_ylabel() == "acc" and ax.get_xlabel() == "epoch"
+    assert lines["training loss"].get_xdata().tolist() == [1, 2, 3]
+    assert lines["training loss"].get_ydata().tolist() == [0.9, 0.5, 0.3]
+    assert lines["acc"].get_ydata().tolist() == [0.6, 0.8, 0.9]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["training loss", "val_loss", "acc"]
+    assert {line.get_marker() for line in lines.values()} == {"."}   # a dot per epoch while there are few
+    png = io.BytesIO()
+    figure.savefig(png, format="png")                               # renders without a display
+    assert png.getvalue().startswith(b"\x89PNG")
+    long = data.History()
+    long.loss, long.metrics = list(np.linspace(1, 0, 40)), [{"acc": a} for a in np.linspace(0, 1, 40)]
+    assert {line.get_marker() for a in long.plot(ax=Figure().subplots()).figure.axes for line in a.get_lines()} \
+        == {"None"}
+
+
+def test_history_plot_of_a_fit_makes_its_own_figure():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    step, _, _ = _linear_step()
+    history = data.fit(step, data.batches(np.ones((4, 2)), np.ones(4), batch_size=2), epochs=2, progress=False)
+    ax = history.plot()
+    try:
+        assert len(ax.figure.axes) == 1                             # no metrics: no second axis
+        assert ax.get_lines()[0].get_ydata().tolist() == history.loss
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(ValueError, match="no epochs"):
+        data.History().plot()
+
+
+def test_history_plot_without_matplotlib_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # as if not installed
+    with pytest.raises(ImportError, match=r"pip install 'staticgrad\[plot\]'.*matplotlib"):
+        _history().plot()
 
 
 def test_predict_concatenates_multiple_outputs():

@@ -193,6 +193,34 @@ def test_sequential_builds_each_layer_in_a_scope_of_its_own():
                            "  (2): Linear(2, 1, bias=True)\n)")
 
 
+def _scopes(out) -> set:
+    """The name scopes of the non-leaf tensors ``out`` is computed from."""
+    scopes, stack, seen = set(), [out], set()
+    while stack:
+        t = stack.pop()
+        if t.id not in seen:
+            seen.add(t.id)
+            scopes |= set() if t.is_leaf else {t.scope}
+            stack.extend(t.inputs)
+    return scopes
+
+
+def test_linear_mlp_and_losses_build_in_scopes_named_as_their_parameters():
+    x = sg.placeholder((None, 2))
+    assert _scopes(nn.Linear(2, 3, name="enc/in")(x)) == {"enc.in"}       # ('/' would nest scopes)
+    model = nn.MLP([2, 4, 4, 1], activation="tanh")
+    y = model(x)
+    # each layer's activation in its scope, and no "mlp" around them: a collapsed picture, one box per layer
+    assert _scopes(y) == {"mlp.0", "mlp.1", "mlp.2"} and y.scope == "mlp.2"
+    assert [p.name for p in model.parameters()][:2] == ["mlp.0.weight", "mlp.0.bias"]
+    assert _scopes(nn.binary_cross_entropy_with_logits(y, 1.0)) - _scopes(y) == {"binary_cross_entropy"}
+    assert nn.mse(y, 0.0).scope == "mse"
+    with sg.name_scope("model"):
+        assert _scopes(model(x)) == {"model/mlp.0", "model/mlp.1", "model/mlp.2"}
+    # in a Sequential, whose "k.name" scope already names the layer, a Linear opens none of its own
+    assert _scopes(nn.Sequential(nn.Linear(2, 2, seed=0))(x)) == {"0.linear"}
+
+
 # ------------------------------------------------------------------ losses
 def _value(loss_fn, *arrays):
     holders = [sg.placeholder(a.shape, dtype=a.dtype) for a in arrays]

@@ -1,10 +1,12 @@
 """Tensor and the leaves: static shapes and dtypes, operators, Python scalars, errors, name scopes."""
+import os
 import sys
 
 import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad import tensor
 
 
 def run(y, feeds=None):
@@ -108,6 +110,37 @@ def test_source_is_the_users_line():
     y = x * 2.0 + 1.0; line_y = sys._getframe().f_lineno  # noqa: E702
     assert x.source == f"test_tensor.py:{line}"
     assert y.source == f"test_tensor.py:{line_y}"
+
+
+def test_user_code_files_of_the_package_are_not_looked_past():
+    package = os.path.dirname(tensor.__file__)
+    assert tensor.library_file(os.path.join(package, "nn", "layers.py"))
+    assert not tensor.library_file(os.path.join(package, "demo_model.py"))     # listed in USER_CODE
+    assert not tensor.library_file(package + "-demo" + os.sep + "moons.py")    # a sibling folder is not the package
+    assert not tensor.library_file(__file__)
+
+
+# ------------------------------------------------------------------ names
+def test_named_names_the_tensor_and_returns_it():
+    x = sg.placeholder((3,), name="x")
+    loss = sg.sum(x * x)
+    assert loss.named("loss") is loss and loss.name == "loss" and loss.label() == "loss"
+    assert "'loss'" in repr(loss)
+    for bad in ("", None, 3):
+        with pytest.raises(TypeError, match=r"named: expected a non-empty string, got .*\(at test_tensor.py:\d+\)"):
+            loss.named(bad)
+
+
+def test_errors_call_tensors_by_their_names():
+    x, W = sg.placeholder((3, 4), name="x"), sg.parameter(np.zeros((5, 2)), name="W")
+    with pytest.raises(sg.ShapeError, match=r"^matmul: shapes .* \(inputs x, W\) \(at test_tensor"):
+        x @ W
+    h = (x * 2.0).named("h")
+    with pytest.raises(sg.GradError, match=r"^grad: y \('h'\) has shape \(3, 4\)"):
+        sg.grad(h, [W])
+    with pytest.raises(sg.ShapeError) as unnamed:
+        sg.placeholder((3,)) + sg.placeholder((2,))
+    assert "inputs" not in str(unnamed.value)          # nothing named: the shapes say it all
 
 
 # ------------------------------------------------------------------ operators

@@ -14,8 +14,9 @@ import subprocess
 
 import pydot
 
-from ..tensor import ROLES, StaticgradError, format_shape
-from . import loopdot
+from ..tensor import ROLES, StaticgradError
+from . import layout, loopdot
+from .boxes import add_box
 from .loopinfo import is_loop
 from .picture import (
     _add_values,
@@ -69,18 +70,28 @@ def draw(pic, collapse=False, around=None, depth=2, view="full", scopes=True, le
     dot.set_node_defaults(fontname="Helvetica", fontsize="11")
     dot.set_edge_defaults(fontname="Helvetica", fontsize="9")
     sheet = _Sheet(pic, dot, view, scopes, loop_boxes=collapse is True)
-    # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together).
+    # Nodes, or one box per collapsed name scope (its forward, backward and update nodes together); small
+    # constants last, beside the nodes that read them.
+    constants = []
     for node in graph.nodes.values():
         if node.id in keep:
-            sheet.place(node, _collapsed_group(pic.scope_of(node), collapse))
+            if layout.is_small_constant(node):
+                constants.append(node)
+            else:
+                sheet.place(node, _collapsed_group(pic.scope_of(node), collapse))
+    for node in layout.spread_constants(sheet, constants):
+        sheet.place(node, _collapsed_group(pic.scope_of(node), collapse))
     for box, info in sheet.boxes.items():
         # drawn with the forward graph when it holds forward nodes (the scope is where they were built)
         info["role"] = next(r for r in ROLES if r in info["roles"])
-        _add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""))
+        add_box(pic, box, info, sheet.cluster(info["role"], info["scope"].rpartition("/")[0] if scopes else ""),
+                STYLES[info["role"]])
     if view == "full":
         _full_edges(pic, dot, sheet)
+        layout.stack_bands(pic, dot, sheet)
+        layout.level_gradients(pic, dot, sheet)
     else:
-        _forward_edges(pic, dot, sheet.drawn, sheet.loops)
+        _forward_edges(pic, dot, sheet)
         _flow_edges(pic, dot, sheet.drawn, sheet.loops)
     if legend:
         dot.set_label(_legend(pic, view, {graph.nodes[i].role for i in sheet.drawn}, bool(sheet.loops)))
@@ -99,6 +110,8 @@ class _Sheet:
         self.boxes = {}          # DOT name of a box -> {"roles": {role: count}, "scope", "ids"}
         self.loops = {}          # id of a loop drawn as a cluster -> loopdot.Drawn (how edges reach its body)
         self.loop_boxes = loop_boxes
+        self.spots = {}          # node id -> ("box", DOT name) or ("cluster", role, scope): where it is drawn
+        self.copies = {}         # constant id -> {spot: DOT name of its copy there} (see layout.spread_constants)
         self.outputs = {}
         for k, o in enumerate(pic.graph.outputs):
             self.outputs.setdefault(o, []).append(k)
@@ -124,13 +137,13 @@ class _Sheet:
         role = node.role if node.role in STYLES else "forward"
         if group is not None:
             box = f"scope_{_cluster_id(group)}"
-            info = self.boxes.setdefault(box, {"roles": {}, "scope": group, "ids": []})
-            info["ids"].append(node.id)
-            info["roles"][role] = info["roles"].get(role, 0) + 1
+            self.into_box(box, group, node, role)
             self.drawn[node.id] = box
             return
         pic = self.pic
-        target = self.cluster(role, pic.scope_of(node) if self.scopes else "")
+        scope = pic.cluster_scope(node) if self.scopes else ""
+        target = self.cluster(role, scope)
+        self.spots[node.id] = ("cluster", role, scope)
         if is_loop(node):
             if self.loop_boxes:
                 self.drawn[node.id] = loopdot.box(self, node, target, STYLES[role])
@@ -139,6 +152,24 @@ class _Sheet:
                 self.loops[node.id] = loopdot.cluster_of(self, node, target, "", pic.records.get(node.id),
                                                          node_style)
             return
+        self.drawn[node.id] = self.add_node(node, target, str(node.id))
+
+    def into_box(self, box, group, node, role=None):
+        """Count ``node`` into the box of collapsed scope ``group`` (its role too, unless None)."""
+        info = self.boxes.setdefault(box, {"roles": {}, "scope": group, "ids": []})
+        info["ids"].append(node.id)
+        if role is not None:
+            info["roles"][role] = info["roles"].get(role, 0) + 1
+        self.spots[node.id] = ("box", box)
+
+    def tail(self, i, reader, name):
+        """The DOT name of node ``i`` where ``reader`` reads it: a constant's copy beside the reader."""
+        copies = self.copies.get(i)
+        return copies.get(self.spots.get(reader.id), name) if copies else name
+
+    def add_node(self, node, target, name) -> str:
+        """Draw ``node`` as DOT node ``name`` in cluster ``target``."""
+        pic = self.pic
         attrs = node_style(node)
         lines = node_lines(pic, node) + _marks(pic, node, self.outputs)
         if self.view == "flow" and pic.values is not None:
@@ -151,9 +182,8 @@ class _Sheet:
         if mark is not None:
             attrs.update(mark[0])
             lines += [f'<FONT POINT-SIZE="10"><B>{_esc(t)}</B></FONT>' for t in mark[1]]
-        target.add_node(pydot.Node(str(node.id), label="<" + "<BR/>".join(lines) + ">",
-                                   tooltip=tooltip(pic, node), **attrs))
-        self.drawn[node.id] = str(node.id)
+        target.add_node(pydot.Node(name, label="<" + "<BR/>".join(lines) + ">", tooltip=tooltip(pic, node), **attrs))
+        return name
 
 
 def node_style(node) -> dict:
@@ -162,37 +192,6 @@ def node_style(node) -> dict:
     if not node.inputs:
         attrs["shape"] = LEAF_SHAPES.get(node.op, "box")
     return attrs
-
-
-def _add_box(pic, box, info, cluster):
-    nodes = [pic.graph.nodes[i] for i in info["ids"]]
-    ops = {}
-    for n in nodes:
-        if n.inputs:
-            ops[n.op] = ops.get(n.op, 0) + 1
-    params = [n for n in nodes if n.op == "parameter"]
-    roles = info["roles"]
-    lines = [f"<B>{_esc(info['scope'])}</B>" + (f" ({info['role']})" if len(roles) == 1 and "forward" not in roles
-                                                else ""),
-             f'<FONT POINT-SIZE="10">{len(nodes)} nodes: '
-             + _esc(", ".join(f"{n} {op}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))) + "</FONT>"]
-    if len(roles) > 1:
-        lines.append('<FONT POINT-SIZE="10">' + ", ".join(f"{roles[r]} {r}" for r in ROLES
-                                                          if r in roles) + "</FONT>")
-    if params:
-        lines.append('<FONT POINT-SIZE="10">' + _esc(", ".join(f"{p.label()} {format_shape(p.shape)}"
-                                                               for p in params)) + "</FONT>")
-    outputs = {}
-    for k, o in enumerate(pic.graph.outputs):
-        outputs.setdefault(o, []).append(k)
-    for n in nodes:
-        lines += _marks(pic, n, outputs)
-    attrs = dict(STYLES[info["role"]], shape="box3d")
-    sources = sorted({n.source for n in nodes if n.source})
-    cluster.add_node(pydot.Node(box, label="<" + "<BR/>".join(lines) + ">",
-                                tooltip=f"name scope {info['scope']}: {len(nodes)} nodes built at "
-                                        + ", ".join(sources[:8]) + (" ..." if len(sources) > 8 else ""),
-                                **attrs))
 
 
 def _edge_kind(src, dst):
@@ -217,6 +216,7 @@ def _full_edges(pic, dot, sheet):
             kind = _edge_kind(src, node)
             sized = node if is_loop(src) else src      # (what a loop hands on: the value its reader reads)
             for a, b in loopdot.ends(drawn, loops, i, node, slot):
+                a = sheet.tail(i, node, a)
                 if a in boxes or b in boxes or a in loop_boxes or b in loop_boxes:
                     if a != b:      # (a backward edge between boxes still runs against the arrow)
                         back = src.role == "backward" and node.role == "backward"
@@ -256,8 +256,8 @@ def _add_edge(dot, a, b, src, dst, attrs):
         dot.add_edge(pydot.Edge(a, b, **attrs))
 
 
-def _forward_edges(pic, dot, drawn, loops):
-    seen = set()
+def _forward_edges(pic, dot, sheet):
+    drawn, loops, seen = sheet.drawn, sheet.loops, set()
     for node in pic.graph.nodes.values():
         if node.id not in drawn:
             continue
@@ -265,6 +265,7 @@ def _forward_edges(pic, dot, drawn, loops):
             if i not in drawn:
                 continue
             for a, b in loopdot.ends(drawn, loops, i, node, slot):
+                a = sheet.tail(i, node, a)
                 if a == b or ((a, b) in seen and a != str(i)):
                     continue
                 seen.add((a, b))

@@ -46,30 +46,93 @@ class Picture:
         return node.label() if node is not None else f"#{i}"
 
     def scope_of(self, node) -> str:
-        """A backward node is drawn in the scope of the forward node whose gradient it computes, and an
-        update node without a scope of its own in the scope of the parameter it updates."""
+        """A backward node is drawn in the scope of the forward node whose gradient it computes, a parameter
+        made outside any scope in the scope of its readers (a layer's weights in the layer's), and an
+        update node without a scope of its own in the scope of the parameters it helps update."""
         if node.role == "backward" and node.adjoint_of is not None:
             fwd = self.lookup.get(node.adjoint_of)
             if fwd is not None:
-                return fwd.scope or ""
-        if node.role == "update" and not node.scope:
-            return self._update_scopes().get(node.id, "")
-        return node.scope or ""
+                return self._own_scope(fwd)
+        scope = self._own_scope(node)
+        if node.role == "update" and not scope:
+            return self.update_bands().get(node.id, "")
+        return scope
 
-    def _update_scopes(self) -> dict:
-        if getattr(self, "_update_scope_map", None) is None:
-            nodes, found = self.graph.nodes, {}
-            for p, e in self.graph.updates:
-                scope = nodes[p].scope or ""
-                stack = [e]
-                while stack:
-                    i = stack.pop()
-                    if i in found or nodes[i].role != "update":
-                        continue
+    def cluster_scope(self, node) -> str:
+        """Where the full picture draws ``node``: its scope, but an update node that serves the parameters of
+        one scope only (a layer's) in that scope first, so each layer's update reads as a band of its own:
+        Adam's new first moment of mlp.0's weight sits in "mlp.0/adam.m"."""
+        scope = self.scope_of(node)
+        band = self.update_bands().get(node.id, "") if node.role == "update" else ""
+        if not band or scope == band or scope.startswith(band + "/"):
+            return scope or band
+        return f"{band}/{scope}" if scope else band
+
+    def _own_scope(self, node) -> str:
+        if node.scope or node.op != "parameter":
+            return node.scope or ""
+        return self._parameter_scopes().get(node.id, "")
+
+    def _parameter_scopes(self) -> dict:
+        """{id: scope} of the parameters made outside any scope: what their forward readers' scopes share
+        (else their update readers', for optimizer state), when that is not empty."""
+        if getattr(self, "_parameter_scope_map", None) is None:
+            readers = {}            # parameter id -> {role: scopes of its readers}
+            for node in self.graph.nodes.values():
+                for i in node.inputs:
+                    p = self.graph.nodes[i]
+                    if p.op == "parameter" and not p.scope and node.scope:
+                        readers.setdefault(i, {}).setdefault(node.role, []).append(node.scope)
+            found = {}
+            for i, by_role in readers.items():
+                scopes = by_role.get("forward") or by_role.get("update")
+                scope = _shared_scope(scopes) if scopes else ""
+                if scope:
                     found[i] = scope
-                    stack.extend(nodes[i].inputs)
-            self._update_scope_map = found
-        return self._update_scope_map
+            self._parameter_scope_map = found
+        return self._parameter_scope_map
+
+    def update_bands(self) -> dict:
+        """{id: scope} for update nodes: what the scopes of the trained parameters (those the forward or
+        backward graph reads) share whose new values they help compute; for the update of other state (a
+        running mean), the scope of that state."""
+        if getattr(self, "_band_map", None) is None:
+            nodes, found = self.graph.nodes, {}
+            trained = [(p, e) for p, e in self.graph.updates if nodes[p].role != "update"]
+            for p, e in trained:
+                _spread(nodes, found, e, self._own_scope(nodes[p]))
+            rest, reached = {}, set(found)
+            for p, e in self.graph.updates:
+                if nodes[p].role == "update" and e not in reached:
+                    _spread(nodes, rest, e, self._own_scope(nodes[p]), skip=reached)
+            found.update(rest)
+            self._band_map = found
+        return self._band_map
+
+
+def _spread(nodes, found, start, scope, skip=()):
+    """Merge ``scope`` into ``found`` for the update nodes ``start`` is computed from (not into ``skip``)."""
+    stack = [start]
+    while stack:
+        i = stack.pop()
+        if nodes[i].role != "update" or i in skip:
+            continue
+        merged = _shared_scope([found[i], scope]) if i in found else scope
+        if i in found and merged == found[i]:
+            continue        # (its inputs were reached already and do not change either)
+        found[i] = merged
+        stack.extend(nodes[i].inputs)
+
+
+def _shared_scope(scopes) -> str:
+    """The longest run of leading scope names all of ``scopes`` share ("a/b" and "a/c": "a")."""
+    parts = [s.split("/") for s in scopes]
+    shared = []
+    for names in zip(*parts):
+        if any(n != names[0] for n in names):
+            break
+        shared.append(names[0])
+    return "/".join(shared)
 
 
 def picture_of(target, stage="optimized") -> Picture:
@@ -197,7 +260,7 @@ def _marks(pic, node, outputs) -> list:
     if "grad_of" in meta:
         steps = meta.get("sweep") or []
         y = pic.name_of(steps[0]["node"]) if steps else "y"
-        what = f"gradient d{y}/d{pic.name_of(meta['grad_of'])}"
+        what = f"d{y}/d{pic.name_of(meta['grad_of'])}"         # dloss/dW: which output, which input
         lines = [f"{lines[0]}: {what}"] + lines[1:] if lines else [what]
     return [f'<FONT POINT-SIZE="10" COLOR="#7f0000"><B>{_esc(t)}</B></FONT>' for t in lines]
 

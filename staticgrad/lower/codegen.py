@@ -45,17 +45,20 @@ class Program:
     ``handoff`` maps an update's index to the namespace name of the workspace buffer its new value is
     written into: after a call that buffer is the parameter's, and the caller must rebind the name.
     ``stats`` counts what the plan computes in one call each (batched groups, running sums, scans,
-    fused regions).
+    fused regions). ``code`` is the source that runs (``source`` may go on with its loops' bodies, for
+    reading), ``workspace`` the namespace names of its workspace buffers; ``run.program`` is the program.
     """
 
-    def __init__(self, source, namespace, line_nodes, memory=None, handoff=None):
+    def __init__(self, source, namespace, line_nodes, memory=None, handoff=None, workspace=()):
         self.source, self.namespace, self.line_nodes, self.memory = source, namespace, line_nodes, memory
+        self.code, self.workspace = source, tuple(workspace)
         self.handoff = handoff or {}
         self.kind = "numpy"
         self.stats = {}
         self.shapes = None
         exec(compile(source, "<staticgrad>", "exec"), namespace)
         self.run = namespace["run"]
+        self.run.program = self         # (a loop's runner holds only its body's run: saving finds the body)
 
 
 class _Names:
@@ -337,7 +340,8 @@ class Writer:
     def finish(self) -> Program:
         outs, ups, handoff = self.results()
         self.lines.append(self.return_line(outs, ups))
-        return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, handoff)
+        return Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, handoff,
+                       self.slots.values())
 
 
 def _unused(name, taken):

@@ -85,6 +85,7 @@ class LoopWriter(Writer):
             copies = ", ".join(f"np.array({c})" for c in carries)
             self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")
         self.lines.append(f"    return [{', '.join(carries + self.stacks)}], []")
-        program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {})
+        program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {},
+                          self.slots.values())
         program.loop = True
         return program

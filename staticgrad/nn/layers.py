@@ -170,9 +170,11 @@ class Module:
 
 def layer_scope(name):
     """The name scope a layer's call builds in, so a collapsed picture draws the layer as one box: ``name``,
-    unless the innermost scope already names the layer (Sequential opens "k.name" for its k-th layer)."""
+    unless the innermost scope already names the layer (Sequential opens "k.name" for its k-th layer).
+    A '/' in the name (which would nest scopes) becomes '.'; a layer without a name opens none."""
+    name = str(name or "").replace("/", ".")
     inner = CONTEXT.scopes[-1] if CONTEXT.scopes else ""
-    if inner == name or inner.endswith("." + name):
+    if not name or inner == name or inner.endswith("." + name):
         return contextlib.nullcontext()
     return name_scope(name)
 
@@ -192,19 +194,22 @@ class Linear(Module):
     """``x @ weight + bias`` with ``weight`` of shape (in_features, out_features).
 
     ``init`` is an initializer name (glorot, he, ...) or a function ``(shape, seed, dtype) -> array``;
-    ``seed`` is an int or a numpy Generator.
+    ``seed`` is an int or a numpy Generator. A call builds in the name scope ``name``, the prefix of its
+    parameters' names (one box in ``sg.to_dot(..., collapse=True)``).
     """
 
     def __init__(self, in_features, out_features, bias=True, init="glorot_uniform", seed=None,
                  dtype="float64", name="linear"):
+        self.name = name
         self.in_features, self.out_features = int(in_features), int(out_features)
         values = _initializer(init)((self.in_features, self.out_features), seed=_rng(seed), dtype=dtype)
         self.weight = parameter(values, name=f"{name}.weight", dtype=dtype)
         self.bias = parameter(np.zeros(self.out_features, dtype), name=f"{name}.bias", dtype=dtype) if bias else None
 
     def __call__(self, x):
-        y = x @ self.weight
-        return y + self.bias if self.bias is not None else y
+        with layer_scope(self.name):
+            y = x @ self.weight
+            return y + self.bias if self.bias is not None else y
 
     def __repr__(self):
         return f"Linear({self.in_features}, {self.out_features}, bias={self.bias is not None})"
@@ -212,7 +217,8 @@ class Linear(Module):
 
 class MLP(Module):
     """Linear layers of the given ``sizes`` with ``activation`` between them (none after the last,
-    unless ``output_activation`` is given). ``init=None`` picks He for relu and Glorot otherwise."""
+    unless ``output_activation`` is given). ``init=None`` picks He for relu and Glorot otherwise. The k-th
+    layer, its activation included, builds in the name scope "name.k" (the prefix of its parameters)."""
 
     def __init__(self, sizes, activation="relu", output_activation=None, init=None, seed=0, dtype="float64",
                  name="mlp"):
@@ -229,9 +235,12 @@ class MLP(Module):
                        for k, (m, n) in enumerate(zip(sizes[:-1], sizes[1:]))]
 
     def __call__(self, x):
-        for layer in self.layers[:-1]:
-            x = self.activation(layer(x))
-        return self.output_activation(self.layers[-1](x))
+        # Each layer's scope ("mlp.0", named as its parameters) holds its activation too, and no "mlp" scope
+        # wraps them: collapse=True folds a picture into top-level scopes, one box per layer this way.
+        for k, layer in enumerate(self.layers):
+            with layer_scope(layer.name):
+                x = (self.activation if k < len(self.layers) - 1 else self.output_activation)(layer(x))
+        return x
 
     def __repr__(self):
         return f"MLP({self.sizes})"
@@ -278,19 +287,22 @@ def _check_pairs(loss, what, first, second):
 def mse(prediction, target):
     """Mean of squared differences; ``target`` must have the shape of ``prediction`` or be one number."""
     _check_pairs("mse", ("prediction", "target"), prediction, target)
-    return ops.mean(ops.square(prediction - target))
+    with layer_scope("mse"):
+        return ops.mean(ops.square(prediction - target))
 
 
 def binary_cross_entropy_with_logits(logits, targets):
     """Mean of -t log sigmoid(z) - (1-t) log(1 - sigmoid(z)), written stably as softplus(z) - t*z.
     ``targets`` must have the shape of ``logits`` or be one number."""
     _check_pairs("binary_cross_entropy_with_logits", ("logits", "targets"), logits, targets)
-    return ops.mean(ops.softplus(logits) - targets * logits)
+    with layer_scope("binary_cross_entropy"):
+        return ops.mean(ops.softplus(logits) - targets * logits)
 
 
 def softmax_cross_entropy(logits, labels):
     """Mean of -log softmax(logits)[label] over the batch; ``labels`` are integer classes."""
-    return ops.softmax_cross_entropy(logits, labels)
+    with layer_scope("softmax_cross_entropy"):
+        return ops.softmax_cross_entropy(logits, labels)
 
 
 def accuracy(logits, labels):

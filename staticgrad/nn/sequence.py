@@ -3,7 +3,8 @@
 Each recurrent layer (and direction) is one ``scan`` over the time steps whose step is written the plain
 way, ``x_t @ W_ih.T + b_ih + h @ W_hh.T + b_hh``: nothing is precomputed by hand for the whole sequence,
 so the same code runs traced into a graph (a sequence of unknown length gives one plan per length fed) and
-eagerly, step by step, on eager tensors.
+eagerly, step by step, on eager tensors. Each layer builds in its name scope (its ``name``), one box in
+``sg.to_dot(..., collapse=True)``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .. import ops
 from ..loops import scan
 from ..ops.registry import as_tensor
 from ..tensor import ShapeError, format_shape, parameter, user_frame
-from .layers import Module, _rng
+from .layers import Module, _rng, layer_scope
 
 
 class Embedding(Module):
@@ -27,6 +28,7 @@ class Embedding(Module):
     """
 
     def __init__(self, num_embeddings, embedding_dim, seed=None, dtype="float64", name="embedding"):
+        self.name = name
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         values = _rng(seed).standard_normal((self.num_embeddings, self.embedding_dim)).astype(dtype)
         self.weight = parameter(values, name=f"{name}.weight", dtype=dtype)
@@ -36,7 +38,8 @@ class Embedding(Module):
         if ids.dtype.kind not in "iu":
             raise TypeError(f"Embedding: ids must be integers, got {ids.dtype} (at {user_frame()}); make the "
                             f"placeholder with dtype='int64'")
-        return ops.one_hot(ids, self.weight[:, 0]) @ self.weight
+        with layer_scope(self.name):
+            return ops.one_hot(ids, self.weight[:, 0]) @ self.weight
 
     def state_dict(self) -> dict:
         return {"weight": np.array(self.weight.value)}
@@ -85,7 +88,7 @@ class _Recurrent(Module):
                              f"{input_size}, {hidden_size}, {num_layers}")
         self.bias, self.batch_first, self.bidirectional = bool(bias), bool(batch_first), bool(bidirectional)
         self.directions = 2 if bidirectional else 1
-        name = name or self.kind.lower()
+        self.name = name = name or self.kind.lower()
         rng, bound = _rng(seed), 1.0 / np.sqrt(self.hidden_size)
         G, H = self.gates, self.hidden_size
         self._names = []           # torch's order: per layer, per direction, w_ih, w_hh, b_ih, b_hh
@@ -118,8 +121,12 @@ class _Recurrent(Module):
         """``(output, final state)`` for input (T, B, input_size) ((B, T, ...) if batch_first; (T, ...)
         unbatched): output (T, B, directions * H), the last layer's h at every step; the final state (h_n,
         or (h_n, c_n) for an LSTM) of shape (num_layers * directions, B, H). ``state`` is the initial one in
-        that form (zeros if None)."""
-        x = self._check_input(as_tensor(x))
+        that form (zeros if None). Built in the name scope ``name``, like the other layers."""
+        with layer_scope(self.name):
+            return self._run(as_tensor(x), state)
+
+    def _run(self, x, state):
+        x = self._check_input(x)
         unbatched = x.ndim == 2
         if unbatched:
             x = ops.expand_dims(x, 1)

@@ -207,8 +207,16 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     except (ShapeError, TypeError) as err:
         # numpy's own dtype refusals (a text placeholder in arithmetic) too: name the op and the line.
         kind = ShapeError if isinstance(err, ShapeError) else TypeError
-        raise kind(f"{name}: {err} (at {source})") from None
+        raise kind(f"{name}: {err}{_named_inputs(inputs)} (at {source})") from None
     return Tensor(name, inputs, attrs, shape, dtype, source=source)
+
+
+def _named_inputs(inputs) -> str:
+    """For an error: the inputs by label, when the user named any (`` (inputs h, W)``), else nothing."""
+    tensors = [x for x in inputs if isinstance(x, Tensor)]
+    if not any(x.name for x in tensors):
+        return ""
+    return f" (inputs {', '.join(x.label() for x in tensors)})"
 
 
 # ------------------------------------------------------------------ turning Python values into tensors

@@ -106,7 +106,7 @@ def test_the_source_is_a_summary_then_its_first_lines_and_line_nodes_point_into_
     lines = text.splitlines()
     assert lines[2] == "def run(x):" and lines[-1].startswith("    # ... (the listing stops")
     assert len(lines) < interpret.LISTED + 10
-    assert lines[3:20] == source.source.splitlines()[1:18]
+    assert lines[3:20] == source.program.source.splitlines()[1:18]
     for line, node_id in steps.program.line_nodes.items():
         assert steps.program.line_nodes[line] == node_id and f"{steps.ir.nodes[node_id].op}" in lines[line - 1]
 

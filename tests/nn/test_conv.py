@@ -156,4 +156,5 @@ def test_a_collapsed_picture_of_a_cnn_draws_one_box_per_layer():
                                                                      sg.grad(loss, model.parameters()))])
     boxes = {k for k in dot_nodes(sg.to_dot(fn, collapse=True)) if k.startswith("scope_")}
     assert boxes == {"scope_0_conv2d", "scope_1_relu", "scope_2_maxpool2d", "scope_3_conv2d", "scope_4_batchnorm2d",
-                     "scope_5_avgpool2d", "scope_6_flatten", "scope_7_dropout", "scope_8_linear"}
+                     "scope_5_avgpool2d", "scope_6_flatten", "scope_7_dropout", "scope_8_linear",
+                     "scope_softmax_cross_entropy"}       # (the loss: a box of its own)

@@ -232,3 +232,10 @@ def test_repr_names_what_differs_from_the_defaults():
     assert repr(nn.LSTM(3, 4)) == "LSTM(3, 4)"
     assert repr(nn.GRU(3, 4, num_layers=2, batch_first=True)) == "GRU(3, 4, num_layers=2, batch_first=True)"
     assert repr(nn.Embedding(10, 3)) == "Embedding(10, 3)"
+
+
+def test_each_layer_builds_in_its_name_scope():
+    ids = sg.placeholder((None,), dtype="int64")
+    assert nn.Embedding(5, 3, seed=0, name="words")(ids).scope == "words"
+    out, h = nn.GRU(3, 4, seed=0)(sg.placeholder((None, None, 3)))
+    assert out.scope == "gru" and h.scope == "gru"
