@@ -14,7 +14,7 @@ $(BIN)/staticgrad: pyproject.toml
 demo: $(BIN)/staticgrad
 	$(BIN)/staticgrad demo
 
-# The quick suite (under two minutes); .ci/run also runs the slow tests and the linter.
+# The quick suite (a few minutes); .ci/run also runs the slow tests and the linter.
 test: $(BIN)/staticgrad
 	$(BIN)/python -m pytest -m "not slow"
 
