@@ -42,7 +42,7 @@ from .tensor import (
 )
 
 __all__ = ["EagerTensor", "tensor", "zero_grad", "no_grad", "grad", "trace", "is_eager", "check_numerics",
-           "value_of", "lift"]
+           "value_of", "lift", "MixingError"]
 
 LEAF_OP = "tensor"       # the op of eager leaves (eager.tensor(...))
 
@@ -232,8 +232,13 @@ def trace():
 
 
 # ------------------------------------------------------------------ the hook: one op, run now
+class MixingError(TypeError):
+    """An eager tensor met a symbolic one that has no value (a placeholder, or an expression over one).
+    Tracing a loop's body meets it when the body reads an eager tensor: the loop then runs eagerly."""
+
+
 def _mixing_error(opname, t):
-    return TypeError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} (at {user_frame()}); "
+    return MixingError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} (at {user_frame()}); "
                      f"feed an eager tensor (eager.tensor(...)) where the graph has a placeholder")
 
 

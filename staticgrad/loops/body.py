@@ -8,6 +8,7 @@ placeholders and constants, and every pass, the lowering and the pictures can tr
 """
 from __future__ import annotations
 
+from ..eager import MixingError, is_eager
 from ..eager import tensor as eager_tensor
 from ..graph import Graph
 from ..ops.registry import apply, as_tensor
@@ -60,20 +61,30 @@ def arg_placeholder(shape, dtype, name):
     return placeholder(shape, dtype, name=name, requires_grad=dtype.kind == "f")
 
 
+class ReadsEager(Exception):      # noqa: N818 (a signal, not an error: the loop runs eagerly instead)
+    """Raised by :func:`trace` when the function read an eager tensor: a loop whose state holds none (a
+    number as init, a length) still belongs to define-by-run code then, and runs as a Python loop."""
+
+
 def trace(call, args, name="body"):
     """Run ``call()`` (which reads ``args``, placeholders made for it) once and close what it made over
     them: returns (Body, the outer tensors it captured, in the order of its capture placeholders).
 
     ``call`` returns the list of output tensors. Every tensor made before ``args`` is outer; so is one made
-    inside that depends on no argument (computed once, outside the loop). Constants stay inside.
+    inside that depends on no argument (computed once, outside the loop). Constants stay inside. Raises
+    :class:`ReadsEager` if ``call`` combined an eager tensor with the placeholders or returned one.
     """
     start = min([a.id for a in args], default=next(_ids))
     CONTEXT.tracing += 1
     try:
         outputs = call()
+    except MixingError:
+        raise ReadsEager from None
     finally:
         CONTEXT.tracing -= 1
     inside, captured = _split(outputs, args, start)
+    if any(is_eager(x) for x in captured):
+        raise ReadsEager
     caps = [arg_placeholder(x.shape, x.dtype, x.name or f"{x.op}_{x.id}") for x in captured]
     mapping = {x.id: c for x, c in zip(captured, caps)}
     new_outputs = clone(inside, mapping, outputs)   # (mapping grows: it was made for this call)

@@ -8,11 +8,11 @@ are the two bodies' VJPs (each recomputes its branch from the operands, then run
 from __future__ import annotations
 
 from ..autodiff import vjp
-from ..eager import is_eager
+from ..eager import is_eager, value_of
 from ..ops.registry import apply, as_tensor, defop
 from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, format_shape, user_frame
-from .body import Body, arg_placeholder, outputs_as_tensors, trace
+from .body import Body, ReadsEager, arg_placeholder, outputs_as_tensors, trace
 from .ops import MULTI, fits, loop_output, publish
 from .pytree import flatten, unflatten
 
@@ -21,11 +21,19 @@ def cond(pred, true_fn, false_fn, *operands):
     """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``, as ``jax.lax.cond``: ``pred`` is a
     boolean (or number) scalar tensor; both functions return pytrees of the same structure, shapes and
     dtypes. Both are traced once; when the function runs, only the branch taken is computed. On eager
-    tensors it is a Python ``if``."""
+    tensors (``pred``, the operands, or read by a branch) it is a Python ``if``."""
     source = user_frame()
     leaves, tree = flatten(list(operands))
-    if is_eager(pred) or any(is_eager(v) for v in leaves):
-        return true_fn(*operands) if bool(pred) else false_fn(*operands)
+    if not (is_eager(pred) or any(is_eager(v) for v in leaves)):
+        try:
+            return _traced_cond(pred, true_fn, false_fn, leaves, tree, source)
+        except ReadsEager:
+            pass         # (a branch reads eager tensors: define-by-run code)
+    taken = bool(value_of(as_tensor(pred), "cond"))
+    return true_fn(*operands) if taken else false_fn(*operands)
+
+
+def _traced_cond(pred, true_fn, false_fn, leaves, tree, source):
     pred = as_tensor(pred)
     if pred.shape != ():
         raise ShapeError(f"cond: pred must be a scalar, got shape {format_shape(pred.shape)} (at {source})")

@@ -20,7 +20,7 @@ from ..ops.broadcast import expand_dims
 from ..ops.registry import REGISTRY, apply, as_tensor
 from ..ops.shape import concatenate, zeros_like
 from ..tensor import GradError, ShapeError, Tensor, _ids, format_shape, user_frame
-from .body import Body, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
+from .body import Body, ReadsEager, arg_placeholder, clone, eager_leaves, outputs_as_tensors, trace
 from .ops import loop_output, register
 from .pytree import flatten, unflatten
 
@@ -32,7 +32,7 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
 
     ``init``, ``xs`` and the carries and ``y``s are pytrees (tuples, lists, dicts) of tensors; ``y`` may be
     None. ``xs`` may have an unknown length, taken from the feed when the function runs. ``fn`` is traced
-    once; on eager tensors the loop simply runs. ``checkpoint=k`` keeps every k-th carry for the
+    once; on eager tensors (in ``init`` or ``xs``, or read by ``fn``) the loop simply runs. ``checkpoint=k`` keeps every k-th carry for the
     backward pass and recomputes the steps between (less memory, one more forward step per step).
     """
     source = user_frame()
@@ -41,8 +41,18 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
     if checkpoint is not None and _count(checkpoint, source, "checkpoint", 1) < 1:
         raise ValueError(f"scan: checkpoint must be a positive int or None, got {checkpoint!r} (at {source})")
     checkpoint = None if checkpoint is None else int(checkpoint)
-    if any(is_eager(v) for v in init_leaves + xs_leaves):
-        return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
+    if not any(is_eager(v) for v in init_leaves + xs_leaves):
+        try:
+            return traced_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, checkpoint,
+                               source)
+        except ReadsEager:
+            pass         # (fn reads eager tensors: define-by-run code, whatever init and xs hold)
+    return _eager_scan(fn, eager_leaves(init_leaves), init_tree, xs_leaves, xs_tree, xs, length, reverse, source)
+
+
+def traced_scan(fn, init_leaves, init_tree, xs_leaves, xs_tree, xs, length, reverse, checkpoint, source):
+    """The scan node of ``fn`` traced once (see :func:`scan`); raises ReadsEager if ``fn`` reads an eager
+    tensor."""
     init_t = [as_tensor(v) for v in init_leaves]
     xs_t = [as_tensor(v) for v in xs_leaves]
     length = _static_length(xs_t, length, source)

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..eager import is_eager
+from ..eager import is_eager, lift
 from ..ops.registry import apply, as_tensor, defop
 from ..ops.shape import zeros_like
 from ..tensor import GradError, ShapeError, format_shape, user_frame
-from .body import Body, arg_placeholder, eager_leaves, trace
+from .body import Body, ReadsEager, arg_placeholder, eager_leaves, trace
 from .branch import shared_inputs
 from .ops import MULTI, carries_kept, fits, loop_output, publish
 from .pytree import flatten, unflatten
-from .scan import _carries_needing, _check_carry, _ReverseBody, scan
+from .scan import _carries_needing, _check_carry, _ReverseBody, traced_scan
 
 
 def while_loop(cond_fn, body_fn, init, max_iterations=None):
     """Repeat ``state = body_fn(state)`` while ``cond_fn(state)`` is true (at most ``max_iterations``
     times, if given), from ``init`` (a pytree of tensors), as ``jax.lax.while_loop``; returns the final
-    state. Both functions are traced once; on eager tensors it is a Python ``while``. Gradients flow in
-    reverse mode: the iterations' values the backward pass needs are recorded when the function runs."""
+    state. Both functions are traced once; on eager tensors (in ``init``, or read by either function) it is
+    a Python ``while``. Gradients flow in reverse mode: the iterations' values the backward pass needs are
+    recorded when the function runs."""
     source = user_frame()
     leaves, tree = flatten(init)
     if max_iterations is not None and (type(max_iterations) is not int or max_iterations < 0):
@@ -33,6 +34,14 @@ def while_loop(cond_fn, body_fn, init, max_iterations=None):
                          f"(at {source})")
     if any(is_eager(v) for v in leaves):
         return _eager_while(cond_fn, body_fn, unflatten(tree, eager_leaves(leaves)), max_iterations)
+    try:
+        return _traced_while(cond_fn, body_fn, leaves, tree, max_iterations, source)
+    except ReadsEager:      # (a function reads eager tensors: define-by-run code; the state becomes eager)
+        state = [lift(as_tensor(v), "while_loop") for v in leaves]
+        return _eager_while(cond_fn, body_fn, unflatten(tree, state), max_iterations)
+
+
+def _traced_while(cond_fn, body_fn, leaves, tree, max_iterations, source):
     init_t = [as_tensor(v) for v in leaves]
 
     def placeholders():
@@ -67,15 +76,18 @@ def fori_loop(lower, upper, body_fn, init):
     """``state = body_fn(i, state)`` for i from ``lower`` to ``upper - 1``, as ``jax.lax.fori_loop``: a
     scan when both bounds are Python ints (reverse mode as a scan's), else a while_loop."""
     if isinstance(lower, int) and isinstance(upper, int):
-        leaves, _ = flatten(init)
-        if any(is_eager(v) for v in leaves):
-            for i in range(lower, upper):
-                init = body_fn(i, init)
-            return init
-        steps = np.arange(lower, max(lower, upper), dtype=np.int64)
-        final, _ = scan(lambda state, i: (body_fn(i, state), None), init, xs=steps,
-                        length=len(steps))
-        return final
+        leaves, tree = flatten(init)
+        if not any(is_eager(v) for v in leaves):
+            steps = np.arange(lower, max(lower, upper), dtype=np.int64)
+            try:
+                final, _ = traced_scan(lambda state, i: (body_fn(i, state), None), leaves, tree,
+                                       *flatten(steps), steps, len(steps), False, None, user_frame())
+                return final
+            except ReadsEager:      # (body_fn reads eager tensors: the state becomes eager)
+                init = unflatten(tree, [lift(as_tensor(v), "fori_loop") for v in leaves])
+        for i in range(lower, upper):
+            init = body_fn(i, init)
+        return init
     state = (as_tensor(lower, like=np.int64), init)
     _, final = while_loop(lambda s: s[0] < upper, lambda s: (s[0] + 1, body_fn(s[0], s[1])), state)
     return final

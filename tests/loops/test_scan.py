@@ -593,15 +593,25 @@ def test_eager_loop_taped_for_backward():
     assert W.grad is not None and W.grad.shape == (3, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an eager loop is chosen only when init or xs hold an eager tensor (loops/scan.py scan): with a "
-    "number as init and only length, fn is traced over placeholders and mixing them with the eager "
-    "tensors it reads raises"))
 def test_eager_loop_with_number_init_reading_eager_tensors():
-    a = eager.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    a = eager.tensor(2.0, requires_grad=True)
     c, ys = sg.scan(lambda c, _: (c * a, c), 1.0, length=3)
-    np.testing.assert_allclose(c.numpy(), [1.0, 8.0])
+    assert eager.is_eager(c) and eager.is_eager(ys)
+    np.testing.assert_allclose(c.numpy(), 8.0)
+    np.testing.assert_allclose(ys.numpy(), [1.0, 2.0, 4.0])
+    (c + sg.sum(ys)).backward()
+    np.testing.assert_allclose(a.grad, 3 * 4.0 + 1.0 + 2 * 2.0)
+
+
+def test_eager_loop_with_number_init_keeps_the_carry_rule():
+    """A number's carry is 0-d: reading a vector turns it into a vector, refused as a traced loop would."""
+    a = eager.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with pytest.raises(sg.ShapeError, match=r"carry leaf 0 of shape \(\) .* one of shape \(2,\)") as err:
+        sg.scan(lambda c, _: (c * a, c), 1.0, length=3)
+    assert "test_scan.py:" in str(err.value)
+    c, _ = sg.scan(lambda c, _: (c * a, c), np.ones(2), length=3)
     sg.sum(c).backward()
+    np.testing.assert_allclose(c.numpy(), [1.0, 8.0])
     np.testing.assert_allclose(a.grad, [3.0, 12.0])
 
 
