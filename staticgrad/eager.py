@@ -238,8 +238,8 @@ class MixingError(TypeError):
 
 
 def _mixing_error(opname, t):
-    return MixingError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} (at {user_frame()}); "
-                     f"feed an eager tensor (eager.tensor(...)) where the graph has a placeholder")
+    return MixingError(f"{opname}: cannot mix eager tensors with the symbolic {t.op} {t.label()!r} (at "
+                       f"{user_frame()}); feed an eager tensor (eager.tensor(...)) where the graph has a placeholder")
 
 
 def _static_value(x, opname):

@@ -290,8 +290,7 @@ class Function:
         return value
 
     def _explain(self, err, program):
-        nodes = self.ir.nodes
-        node = nodes.get(failed_node(program, err))
+        node, nodes = failed_node(program, err, self.ir.nodes)     # (a loop body's node: its body's nodes)
         numerics = isinstance(err, FloatingPointError)     # (under np.errstate(all="raise"))
         if node is None:
             cls = NumericsError if numerics else ExecutionError

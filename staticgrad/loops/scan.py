@@ -32,8 +32,9 @@ def scan(fn, init, xs=None, length=None, reverse=False, checkpoint=None):
 
     ``init``, ``xs`` and the carries and ``y``s are pytrees (tuples, lists, dicts) of tensors; ``y`` may be
     None. ``xs`` may have an unknown length, taken from the feed when the function runs. ``fn`` is traced
-    once; on eager tensors (in ``init`` or ``xs``, or read by ``fn``) the loop simply runs. ``checkpoint=k`` keeps every k-th carry for the
-    backward pass and recomputes the steps between (less memory, one more forward step per step).
+    once; on eager tensors (in ``init`` or ``xs``, or read by ``fn``) the loop simply runs. ``checkpoint=k``
+    keeps every k-th carry for the backward pass and recomputes the steps between (less memory, one more
+    forward step per step).
     """
     source = user_frame()
     init_leaves, init_tree = flatten(init)

@@ -19,6 +19,7 @@ import operator
 
 import numpy as np
 
+from ..ops.registry import REGISTRY
 from ..tensor import NO_ATTRS
 from .codegen import Writer
 from .codegen import generate as generate_source
@@ -40,8 +41,8 @@ def generate(graph, order, params, inputs, memory=None, fused=(), interpret=None
     return generate_source(graph, order, params, inputs, memory, fused, writer=writer)
 
 
-def _loop(R, steps):
-    for at, (kernel, args, attrs, out, result) in enumerate(steps):     # noqa: B007 (``at``: failed_node)
+def _loop(R, steps, nodes):      # (``nodes``, each step's node, and ``at`` are read by failed_node)
+    for at, (kernel, args, attrs, out, result) in enumerate(steps):     # noqa: B007
         if out is None:
             R[result] = kernel(*[R[j] for j in args], **attrs)
         else:
@@ -51,17 +52,54 @@ def _loop(R, steps):
 _LOOP = _loop.__code__
 
 
-def failed_node(program, err):
-    """The id of the node whose line (or step) of ``program`` raised ``err``, or None."""
-    tb, found = err.__traceback__, None
+def failed_node(program, err, nodes):
+    """The node that raised ``err`` while ``program`` (a plan of the graph of ``nodes``) ran, and the nodes
+    of the graph that holds it (``nodes``, or a loop body's): (node, nodes), or (None, nodes).
+
+    Each plan and each loop body's program has its own generated function (or step list), so the traceback
+    holds one frame per level: the plan's line calling a loop's runner, then the line of the body's
+    program that raised. Each frame is read with its own program's line table (the function's globals
+    are that program's namespace), and the nodes followed down from the plan's graph into the loop's
+    bodies: the innermost node found is named.
+    """
+    found, scope = None, nodes
+    for i in _path(program, err):
+        if found is not None:
+            # (the next frame runs a body of the loop ``found``; or, a checkpointed scan's rows read by a
+            # reverse loop, of another loop beside it that recomputes them)
+            inner = _body_holding(found, i) or next(filter(None, (_body_holding(n, i) for n in scope.values())),
+                                                     None)
+            if inner is None:
+                break
+            scope = inner
+        if scope.get(i) is None:
+            break
+        found = scope[i]
+    return found, scope
+
+
+def _body_holding(node, i):
+    """The nodes of the body of loop ``node`` that holds a node ``i`` (None if none does)."""
+    for attr in getattr(REGISTRY.get(node.op), "bodies", ()):
+        body = node.attrs.get(attr)
+        if body is not None and i in body.graph.nodes:
+            return body.graph.nodes
+    return None
+
+
+def _path(program, err):
+    """The node ids of the frames of generated code (or steps) in ``err``'s traceback, outermost first."""
+    tb, path = err.__traceback__, []
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code.co_filename == "<staticgrad>":
-            found = program.line_nodes.get(tb.tb_lineno)
+            owner = getattr(frame.f_globals.get("run"), "program", None)
+            lines = owner.line_nodes if owner is not None else program.line_nodes if not path else {}
+            path.append(lines.get(tb.tb_lineno))
         elif frame.f_code is _LOOP and "at" in frame.f_locals:    # (not before the first step began)
-            found = program.step_nodes[frame.f_locals["at"]]
+            path.append(frame.f_locals["nodes"][frame.f_locals["at"]])
         tb = tb.tb_next
-    return found
+    return path
 
 
 class StepWriter(Writer):
@@ -195,7 +233,7 @@ class StepProgram:
             R[register] = P[k]._value
         for register, value in zip(self.feeds, feeds):
             R[register] = value
-        _loop(R, self.steps)
+        _loop(R, self.steps, self.step_nodes)
         return [np.array(R[r]) if copy else R[r] for r, copy in self.outs], [R[r] for r in self.ups]
 
     def relinked(self, namespace) -> StepProgram:

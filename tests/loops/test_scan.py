@@ -1126,10 +1126,6 @@ def test_check_numerics_names_the_body_op_that_made_a_nan():
             fn(np.ones((5, 2)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lower/interpret.failed_node looks the innermost '<staticgrad>' frame's line up in the outer plan's line "
-    "table, but that frame is the body program's: the error names the outer node on that line number (here "
-    "the exp before the loop), or none"))
 def test_a_kernel_failing_inside_a_body_is_named(boom):
     from staticgrad.ops.registry import apply
     X = sg.placeholder((None, 2), name="X")

@@ -1,5 +1,6 @@
 """Huge plans as steps run by one loop: the same bits as the generated source, the same Program interface."""
 import sys
+import uuid
 
 import numpy as np
 import pytest
@@ -166,3 +167,92 @@ def test_an_error_before_the_first_step_names_no_node(always):
     finally:
         sys.settrace(None)
     np.testing.assert_array_equal(fn(np.ones(3)), np.full(3, 3.0))
+
+
+# ------------------------------------------------------------------ a kernel failing inside a loop's body
+@pytest.fixture
+def boom_back():
+    """An op that passes its input on and whose VJP is itself: its kernel raises on a value over 100, so a
+    large cotangent makes it fail in the backward pass only."""
+    from staticgrad.ops.registry import REGISTRY, defop, same_spec
+    name = f"test_boom_back_{uuid.uuid4().hex[:8]}"
+
+    def kernel(x):
+        if np.any(x > 100):
+            raise ValueError("boom: value over 100")
+        return x * 1.0
+    defop(name, kernel, same_spec, vjp=lambda g, out, x: (apply(name, (g,)),))
+    yield name
+    REGISTRY.pop(name, None)
+
+
+def _names_the_body_node(monkeypatch, fn, good, bad, op, line):
+    """``fn`` runs on ``good`` and fails on ``bad`` naming ``op`` (a node only a loop body holds) and the
+    user's ``line``, as generated source and as steps (huge plans, bodies too)."""
+    for above, kind in ((10**9, Program), (0, interpret.StepProgram)):
+        monkeypatch.setattr(interpret, "INTERPRET_ABOVE", above)
+        fn.backend = fn.backend.replace(scalar=False)           # (forgets the plans built)
+        fn(*good)
+        assert type(fn.program) is kind
+        with pytest.raises(sg.ExecutionError, match=rf"{op} node \d+ \(.*{line}\) failed at run time .*value "
+                                                    r"over 100") as info:
+            fn(*bad)
+        assert isinstance(info.value.__cause__, ValueError)
+
+
+def _line(back=0):
+    return f"test_interpret.py:{sys._getframe(1).f_lineno - back}"
+
+
+def test_a_failing_kernel_in_a_scan_body_with_and_without_checkpoints(monkeypatch, boom):
+    X = sg.placeholder((None, 2), name="X")
+
+    def step(c, x):
+        return apply(boom, (c + x,)), None
+    line = _line(1)
+    for checkpoint in (None, 2):
+        c, _ = sg.scan(step, sg.constant(np.ones(2)), xs=X, checkpoint=checkpoint)
+        fn = sg.compile(c, inputs=[X])
+        _names_the_body_node(monkeypatch, fn, [np.ones((3, 2))], [np.full((3, 2), 50.0)], boom, line)
+
+
+def test_a_failing_kernel_in_a_while_loop_body_and_condition(monkeypatch, boom):
+    x = sg.placeholder((2,), name="x")
+    out = sg.while_loop(lambda s: sg.sum(s) < 100.0, lambda s: apply(boom, (s * 3.0,)), x); line = _line()  # noqa: E702
+    _names_the_body_node(monkeypatch, sg.compile(out, inputs=[x]), [np.ones(2)], [np.full(2, 40.0)], boom, line)
+    out = sg.while_loop(lambda s: sg.sum(apply(boom, (s,))) < 150.0, lambda s: s + 10.0, x); line = _line()  # noqa: E702
+    _names_the_body_node(monkeypatch, sg.compile(out, inputs=[x]), [np.ones(2)], [np.full(2, 120.0)], boom, line)
+
+
+def test_a_failing_kernel_in_a_cond_branch(monkeypatch, boom):
+    x = sg.placeholder((2,), name="x")
+    p = sg.placeholder((), "bool", name="p")
+    out = sg.cond(p, lambda v: v * 2.0, lambda v: apply(boom, (v + 1.0,)), x); line = _line()  # noqa: E702
+    fn = sg.compile(out, inputs=[p, x])
+    _names_the_body_node(monkeypatch, fn, [True, np.full(2, 500.0)], [False, np.full(2, 500.0)], boom, line)
+
+
+def test_a_failing_kernel_in_a_nested_body(monkeypatch, boom):
+    X = sg.placeholder((3, 4, 2), name="X")
+
+    def outer(c, block):
+        d, _ = sg.scan(lambda d, row: (apply(boom, (d + row,)), None), c, xs=block); line.append(_line())  # noqa: E702
+        return d * 0.5, None
+    line = []
+    c, _ = sg.scan(outer, sg.constant(np.zeros(2)), xs=X)
+    fn = sg.compile(c, inputs=[X])
+    _names_the_body_node(monkeypatch, fn, [np.ones((3, 4, 2))], [np.full((3, 4, 2), 30.0)], boom, line[0])
+
+
+def test_a_failing_kernel_in_the_reverse_loops_of_gradients(monkeypatch, boom_back):
+    """The VJP's node is named, with the forward node it is the adjoint of when the reverse body holds it."""
+    x = sg.placeholder((2,), name="x", requires_grad=True)
+    X = sg.placeholder((3, 2), name="X")
+    w = sg.placeholder((), name="w")
+    c, _ = sg.scan(lambda c, r: (apply(boom_back, (c * 0.5 + r,)), None), x, xs=X)
+    s = sg.while_loop(lambda s: s[1] < 3, lambda s: (apply(boom_back, (s[0] * 0.5,)), s[1] + 1), (x, sg.constant(0)))
+    for loss in (sg.sum(c) * w, sg.sum(s[0]) * w):
+        fn = sg.compile(sg.grad(loss, [x]), inputs=[x, X, w])
+        _names_the_body_node(monkeypatch, fn, [np.ones(2), np.ones((3, 2)), 1.0],
+                             [np.ones(2), np.ones((3, 2)), 1000.0], boom_back, rf"backward, VJP of {boom_back} node "
+                             r"\d+(; | from test_interpret.py:\d+; )built at test_interpret.py:\d+")
