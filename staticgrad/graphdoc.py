@@ -70,11 +70,15 @@ def encode_nodes(graph, label, tables, depth=0) -> list:
 
 def _encode_node(node, bodies):
     where = f"{node.op} node {node.id}"
+    # A value of several values (a loop node's, or the tape a recording while_loop hands its reverse loop
+    # through a loop_output) is stored as MULTI_NAME; a loop_output's own statement of that dtype is left
+    # out (its rule finds it from the loop when the file loads), as no attribute holds a non-numeric dtype.
+    multi = node.dtype == MULTI and (bodies or node.op == "loop_output")
     return {"id": node.id, "op": node.op, "inputs": list(node.inputs),
             "attrs": {k: encode_attr(v, f"attribute of {where} {k!r}") for k, v in node.attrs.items()
-                      if k not in bodies},
+                      if k not in bodies and not (multi and k == "dtype" and v == MULTI)},
             "shape": list(node.shape),
-            "dtype": MULTI_NAME if node.dtype == MULTI and bodies else _dtype_name(node.dtype, f"{where}"),
+            "dtype": MULTI_NAME if multi else _dtype_name(node.dtype, f"{where}"),
             "name": _text(node.name, f"the name of {where}"), "role": node.role,
             "source": _text(node.source, f"the source of {where}"),
             "scope": _text(node.scope, f"the scope of {where}"),
@@ -122,9 +126,13 @@ class Reader:
         inputs = entry.get("inputs")
         expect(isinstance(inputs, list) and all(type(i) is int and i in nodes for i in inputs),
                f"node {nid} ({op}): inputs must be ids of earlier nodes" + (" of its body" if depth else ""))
-        # (a loop's values are read through loop_output nodes alone: anything else would get a tuple)
-        expect(op == "loop_output" or all(nodes[i].dtype != MULTI for i in inputs),
-               f"node {nid} ({op}): reads a loop node itself, not one of its values")
+        # (a loop's values are read through loop_output nodes alone: anything else would get a tuple; a
+        # value of several values read that way, a while_loop's tape, only by a loop, whose rule checks it)
+        for i in inputs:
+            if nodes[i].dtype == MULTI:
+                expect(op == "loop_output" if _bodies(nodes[i].op) else bool(_bodies(op)),
+                       f"node {nid} ({op}): reads a loop node itself, not one of its values" if _bodies(nodes[i].op)
+                       else f"node {nid} ({op}): reads the tape of a loop, which only a loop reads")
         attrs = self._attrs(entry, nid, op, depth)
         node = _bare_node(entry, nid, op, inputs, attrs)
         if op in LEAVES:

@@ -206,10 +206,27 @@ def _while_vjp(g, out, *inputs, needs, cond, body, n_carry, max_iterations, reco
 
 
 def _tape_infer(inputs, body, n_carry, n_xs):
+    """The rule of a reverse_tape: its body takes its state, one value per entry of the tape, then the
+    values it reads, and hands back a state of the same kinds (a file's node is checked by it as it loads)."""
     if not isinstance(body, Body):
         raise TypeError(f"body must be a Body, got {type(body).__name__}")
+    if type(n_carry) is not int or type(n_xs) is not int or n_carry < 0 or n_xs < 0:
+        raise TypeError(f"n_carry={n_carry!r:.20} and n_xs={n_xs!r:.20} must be counts")
     if len(inputs) < n_carry + 1 or inputs[n_carry].dtype != MULTI:
         raise TypeError("reads its state, then a tape of a while_loop")
+    ins, outs = body.specs()
+    given = list(inputs[:n_carry]) + list(inputs[n_carry + 1:])
+    taken = ins[:n_carry] + ins[n_carry + n_xs:]
+    if len(ins) != len(inputs) - 1 + n_xs or len(outs) < n_carry:
+        raise TypeError(f"its body takes {len(ins)} values and makes {len(outs)}; the node gives it {n_carry} "
+                        f"carries, {n_xs} values per entry and {len(inputs) - n_carry - 1} more")
+    for k, (x, (shape, dtype)) in enumerate(zip(given, taken)):
+        if not fits(x.shape, shape) or x.dtype != dtype:
+            raise ShapeError(f"input {k if k < n_carry else k + 1} ({format_shape(x.shape)} {x.dtype}) does not "
+                             f"fit its body")
+    for c in range(n_carry):
+        if not fits(outs[c][0], ins[c][0]) or outs[c][1] != ins[c][1]:
+            raise ShapeError(f"its body turns carry {c} of {format_shape(ins[c][0])} into {format_shape(outs[c][0])}")
     return (), MULTI
 
 
