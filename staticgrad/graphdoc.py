@@ -140,6 +140,7 @@ class Reader:
             self._leaf(entry, node, depth)
         else:
             _check_rule(node, nodes)
+            _check_tapes(node, nodes)
         return node
 
     def _attrs(self, entry, nid, op, depth):
@@ -233,3 +234,17 @@ def _check_rule(node, nodes):
     expect(tuple(shape) == node.shape and np.dtype(dtype) == node.dtype,
            f"node {nid} ({op}): the file says shape {node.shape} and dtype {node.dtype}, its inputs give "
            f"{tuple(shape)} and {np.dtype(dtype)}")
+
+
+def _check_tapes(node, nodes):
+    # A tape (a value of several values a recording loop hands on through a loop_output) must hold what the
+    # loop reading it takes, entry by entry: the two loops' lowerings say what each makes and takes.
+    for i in node.inputs:
+        tape = nodes[i]
+        if tape.dtype == MULTI and not _bodies(tape.op):
+            loop = nodes[tape.inputs[0]]
+            try:
+                REGISTRY[node.op].lowering.check_tape(node, REGISTRY[loop.op].lowering.tape_entries(loop))
+            except Exception as err:        # (an op that reads or records no tape has no such method)
+                raise LoadError(f"node {node.id} ({node.op}): the tape it reads does not fit it: "
+                                f"{type(err).__name__}: {err}") from None

@@ -136,7 +136,17 @@ def _recording(doc):
     return next(n for n in doc["function"]["nodes"] if n["op"] == "while_loop" and n["attrs"]["record"] is not None)
 
 
+def _entry_placeholder(doc):
+    """The placeholder of the reverse loop's body that each entry of the tape feeds first."""
+    node = _op(doc, "reverse_tape")
+    body = node["bodies"]["body"]
+    return next(n for n in body["nodes"] if n["id"] == body["inputs"][node["attrs"]["n_carry"]])
+
+
 @pytest.mark.parametrize("edit, message", [
+    (lambda doc: _entry_placeholder(doc).__setitem__("dtype", "int64"),
+     r"\(reverse_tape\): the tape it reads does not fit it: ShapeError: value 0 of an entry is \(3,\) float64, "
+     r"its body takes \(3,\) int64"),
     (_read_tape("tanh"), r"\(tanh\): reads the tape of a loop, which only a loop reads"),
     (lambda doc: doc["function"].__setitem__("outputs", [_tape(doc)["id"]]), r"bad outputs"),
     (lambda doc: _tape(doc).__setitem__("dtype", "float64"), r"the file says shape \(\) and dtype float64, its "

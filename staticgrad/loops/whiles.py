@@ -130,6 +130,13 @@ class WhileLowering:
         _, outs = node.attrs["body"].specs()
         return [(tuple(s), d) for s, d in outs[:C]] + ([((), MULTI)] if node.attrs["record"] is not None else [])
 
+    def tape_entries(self, node):
+        """[(shape, dtype)] of the values each entry of its tape holds (recording), for the loop reading it."""
+        if node.attrs["record"] is None:
+            raise TypeError("it records no tape")
+        _, outs = node.attrs["body"].specs()
+        return [(tuple(s), d) for s, d in outs[node.attrs["n_carry"]:]]
+
     def dtypes(self, node):
         return [d for _, d in self.values(node)]
 
@@ -235,6 +242,17 @@ class TapeLowering:
 
     def feeds(self, node, in_shapes):
         return {"body": None}
+
+    def check_tape(self, node, entries):
+        """Raise unless its body takes what each entry of the tape holds (``entries``: (shape, dtype) each)."""
+        C, E = node.attrs["n_carry"], node.attrs["n_xs"]
+        ins, _ = node.attrs["body"].specs()
+        if len(entries) != E:
+            raise TypeError(f"each entry holds {len(entries)} values, its body takes {E}")
+        for e, ((shape, dtype), (want, wanted)) in enumerate(zip(entries, ins[C:C + E])):
+            if not fits(shape, want) or dtype != wanted:
+                raise ShapeError(f"value {e} of an entry is {format_shape(shape)} {dtype}, its body takes "
+                                 f"{format_shape(want)} {wanted}")
 
     def out_shapes(self, node, in_shapes, body_shapes):
         return list(in_shapes[:node.attrs["n_carry"]])
