@@ -104,9 +104,13 @@ def _same_length_kernel(x, *others, length):
     return x
 
 
+def _same_length_vjp(g, out, x, *others, length):
+    return (g,) + (None,) * len(others)
+
+
 SAME_LENGTH = defop(
-    "same_length", _same_length_kernel, _same_length_infer, lambda g, out, x, *others, length: (g,) + (None,) * len(
-        others), VIEW | IDENTITY | SHAPE_REF, public=False, checks="scan",
+    "same_length", _same_length_kernel, _same_length_infer, _same_length_vjp, VIEW | IDENTITY | SHAPE_REF,
+    public=False, checks="scan",
     unsupported={"scalar": "a check of its inputs' lengths: a plan at known sizes runs nothing for it"},
     torch=lambda T, length: lambda x, *others: x,
     doc="Its first input, once every input has as many rows (and ``length``, unless None) when the call runs: "

@@ -234,12 +234,15 @@ class _Lengths:
         self.of[j] = self._xs(inputs, stacked)
 
     def checked(self, inputs, ins, stacked, before):
-        """``ins`` (the outer operands of body inputs ``inputs``), the first stacked one checked if needed."""
+        """``ins`` (the outer operands of body inputs ``inputs``), one read through a check where needed."""
         xs = self._xs(inputs, stacked)
         known = {self.graph.nodes[o].shape[0] for o in xs}
         if len(xs) < 2 or (len(known) == 1 and None not in known):
             return ins
-        k = next(k for k, x in enumerate(inputs) if x in stacked)
+        # (the operand computed from the most xs; from all of them, it was made after their check)
+        k = max((k for k, x in enumerate(inputs) if x in stacked), key=lambda k: len(self.of[inputs[k]]))
+        if self.of[inputs[k]] == xs:
+            return ins
         first, length = self.body.nodes[inputs[k]], self.scan.attrs["length"]
         check = new_node(self.scan, "same_length", [ins[k], *sorted(xs - self.of[inputs[k]])], {"length": length},
                          (length,) + tuple(first.shape), first.dtype)

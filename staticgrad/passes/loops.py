@@ -12,12 +12,13 @@ def run(graph):
     """Rewrite every scan so each step does only what must be done step by step. Outputs are unchanged.
 
     - merge: the forward loop that ``sg.grad`` extended with the values its backward pass reads replaces
-      the loop it extends (one loop, not two).
+      the loop it extends (one loop, not two), also once passes rewrote inside their bodies.
     - dead values: a stacked output nobody reads is not computed; a carry nobody reads, and that nothing
       read depends on, is dropped with its work; inputs the body no longer reads are no longer fed.
     - hoisting: body work that depends on no carry leaves the loop. On values every step shares it runs
       once before the loop; on the step's slices it runs once over all steps (an RNN's ``x_t @ W`` for every
-      t is one matmul), through each op's ``batch`` rule.
+      t is one matmul), through each op's ``batch`` rule; work combining xs whose lengths may differ first
+      checks them (``same_length``), so it fails as the scan would.
     - sinking: a carry that only sums a term per step (the gradient of a weight, in a reverse loop)
       becomes one op over the stacked terms after the loop (the T small products of a weight gradient
       one matrix product).
@@ -110,7 +111,7 @@ def _merged(graph, plans):
             for t in outs[C:]:
                 if t not in outputs[C:]:        # (a stacked value: one stack however many loops want it)
                     outputs.append(t)
-        position = {t: k for k, t in reversed(list(enumerate(outputs))) if k >= C}
+        position = {t: k for k, t in enumerate(outputs) if k >= C}
         union = union(outputs)
         for m, outs in zip(members, ids):
             first_of[m] = head
@@ -162,7 +163,8 @@ def _graph_union(bodies):
                 n = n.copy(inputs=inputs)
                 if j in nodes:      # (an id the first body gives another node: the passes chose apart)
                     n = Node(n.op, n.inputs, n.attrs, n.shape, n.dtype, name=n.name, role=n.role, value=n.value,
-                             source=n.source, scope=n.scope, adjoint_of=n.adjoint_of, rule=n.rule)
+                             source=n.source, scope=n.scope, adjoint_of=n.adjoint_of, rule=n.rule,
+                             requires_grad=n.requires_grad, tensor=n.tensor, meta=n.meta)
                 nodes[n.id] = n
                 seen[key] = n.id
             mapping[j] = seen[key]
