@@ -38,12 +38,19 @@ class LoopWriter(Writer):
         self.lines[0] = f"def run({', '.join(args)}):"
         steps = f"len({whole[0]})" if spec.length is None and whole else str(spec.length)
         self.lines.append(f"    T = {steps}")
-        self.stacks = []
+        self.stacks, self.kept = [], []
         for k, (shape, dtype) in enumerate(spec.stacked):
             name = _unused(f"stacked{k}", self.taken)
             self.taken.add(name)
             self.stacks.append(name)
-            self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
+            if spec.keep_stacked and spec.length is not None:
+                # (allocated once, with the plan: a fresh array of every step's rows each call costs the
+                # page faults of its first writes, on this machine as much as the loop's small ops)
+                buffer = np.empty((spec.length, *shape), np.dtype(dtype))
+                self.kept.append(ns.bind("w", buffer))
+                self.lines.append(f"    {name} = {self.kept[-1]}  # {buffer.shape} {buffer.dtype}, the plan's own")
+            else:
+                self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
         # A stacked output an out= kernel computes is written straight into its row (no copy after).
         self.direct, self.written = {}, set()
         for stack, o, (shape, _) in zip(self.stacks, self.graph.outputs[spec.C:], spec.stacked):
@@ -86,6 +93,8 @@ class LoopWriter(Writer):
             self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")
         self.lines.append(f"    return [{', '.join(carries + self.stacks)}], []")
         program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {},
-                          self.slots.values())
+                          [*self.slots.values(), *self.kept])
+        if self.memory is not None:
+            self.memory.workspace_bytes += sum(self.ns.namespace[name].nbytes for name in self.kept)
         program.loop = True
         return program

@@ -51,3 +51,43 @@ def test_the_numba_backend_fuses_an_elementwise_body_into_one_loop():
     np.testing.assert_allclose(fused(X), sg.compile(ys.sum())(X), rtol=1e-12)
     body = fused.source[fused.source.index("# body"):]
     assert "fused loop over" in body
+
+
+def _stacked_rnn(rng):
+    X = sg.placeholder((6, 4, 3), name="X")
+    W = sg.parameter(0.4 * rng.normal(size=(3, 5)), name="W")
+    U = sg.parameter(0.4 * rng.normal(size=(5, 5)), name="U")
+
+    def step(h, x):
+        h = sg.tanh(x @ W + h @ U)
+        return h, h
+    h, hs = sg.scan(step, sg.constant(np.zeros((4, 5))), X)
+    return X, [W, U], h, hs
+
+
+def test_a_loop_whose_values_stay_inside_the_call_keeps_its_stacked_buffers():
+    rng = np.random.default_rng(1)
+    X, weights, _, hs = _stacked_rnn(rng)
+    loss = sg.sum(hs * hs)
+    fn = sg.compile([loss] + sg.grad(loss, weights), inputs=[X])
+    a, b = rng.normal(size=(2, 6, 4, 3))
+    want_a, want_b = fn(a), fn(b)
+    assert fn.source.count("the plan's own") == 2      # the forward loop's h's and the reverse loop's
+    again = fn(a)
+    for x, y in zip(want_a, again):
+        np.testing.assert_array_equal(x, y)
+    assert fn.program.memory.workspace_bytes >= 2 * 6 * 4 * 5 * 8       # (counted as the plan's)
+
+
+@pytest.mark.parametrize("out", ["hs", "h", "view"])
+def test_a_loop_value_the_caller_gets_is_a_fresh_array_each_call(out):
+    rng = np.random.default_rng(2)
+    X, weights, h, hs = _stacked_rnn(rng)
+    value = {"hs": hs, "h": h, "view": sg.reshape(hs, (-1, 5))}[out]
+    fn = sg.compile([value, sg.sum(hs * hs)], inputs=[X])
+    a, b = rng.normal(size=(2, 6, 4, 3))
+    first = fn(a)[0]
+    kept = first.copy()
+    fn(b)
+    np.testing.assert_array_equal(first, kept)          # the second call wrote nothing the first returned
+    assert "the plan's own" not in fn.source
