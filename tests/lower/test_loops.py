@@ -71,7 +71,8 @@ def test_a_loop_whose_values_stay_inside_the_call_keeps_its_stacked_buffers():
     loss = sg.sum(hs * hs)
     fn = sg.compile([loss] + sg.grad(loss, weights), inputs=[X])
     a, b = rng.normal(size=(2, 6, 4, 3))
-    want_a, want_b = fn(a), fn(b)
+    want_a = [np.array(v) for v in fn(a)]
+    fn(b)
     assert fn.source.count("the plan's own") == 2      # the forward loop's h's and the reverse loop's
     again = fn(a)
     for x, y in zip(want_a, again):
