@@ -92,3 +92,23 @@ def test_a_loop_value_the_caller_gets_is_a_fresh_array_each_call(out):
     fn(b)
     np.testing.assert_array_equal(first, kept)          # the second call wrote nothing the first returned
     assert "the plan's own" not in fn.source
+
+
+def test_a_bias_every_step_adds_is_spread_to_the_steps_shape_once_before_the_loop():
+    rng = np.random.default_rng(3)
+    X = sg.placeholder((7, 4, 3), name="X")
+    W, U, b = (sg.parameter(0.4 * rng.normal(size=s), name=n) for s, n in (((3, 5), "W"), ((5, 5), "U"), ((5,), "b")))
+
+    def step(h, x):
+        h = sg.tanh(x @ W + h @ U + b) * 2.0
+        return h, h
+    _, hs = sg.scan(step, sg.constant(np.zeros((4, 5))), X)
+    fn = sg.compile(sg.sum(hs * hs), inputs=[X])
+    x = rng.normal(size=(7, 4, 3))
+    h, want = np.zeros((4, 5)), 0.0
+    for t in range(7):
+        h = np.tanh(x[t] @ W.value + h @ U.value + b.value) * 2.0
+        want += np.sum(h * h)
+    np.testing.assert_allclose(fn(x), want, rtol=1e-13)
+    body = fn.source[fn.source.index("# body"):]
+    assert body.count("np.copyto(") == 1 and "b spread to (4, 5)" in body      # (2.0 is 0-d: not spread)
