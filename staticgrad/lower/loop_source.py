@@ -28,6 +28,7 @@ class LoopWriter(Writer):
     loop = None         # (what loop_writer binds: the spec of the loop to write)
 
     def header(self, params, inputs):
+        self.taken.update(("t", "T"))     # (the loop's own names: an input named so is renamed)
         super().header(params, inputs)
         spec, ns = self.loop, self.ns
         names = [self.names[i] for i in inputs]
@@ -54,17 +55,29 @@ class LoopWriter(Writer):
             else:
                 self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
         # A stacked output an out= kernel computes is written straight into its row (no copy after).
-        self.direct, self.written = {}, set()
+        self.direct, self.written, self.row_used = {}, set(), set()
         for stack, o, (shape, _) in zip(self.stacks, self.graph.outputs[spec.C:], spec.stacked):
             # (a row of one number indexes as a numpy scalar, which no out= takes)
             if o not in self.direct and o not in inputs and tuple(shape):
                 self.direct[o] = stack
         self.spread = self._spread(names[spec.C + spec.X:], inputs[spec.C + spec.X:])
-        order = "range(T - 1, -1, -1)" if spec.reverse else "range(T)"
-        self.lines.append(f"    for t in {order}:")
+        self.rows = {stack: _unused(f"row{k}", self.taken) for k, stack in enumerate(self.stacks)}
+        self.taken.update(self.rows.values())
+        self.sliced = list(zip(slices, whole))
+        self.lines.append("")           # (the loop's line: finish writes it, knowing which rows are written)
         self.first_body_line = len(self.lines)
-        for name, stacked in zip(slices, whole):
-            self.lines.append(f"    {name} = {stacked}[t]")
+
+    def loop_line(self):
+        """``for t in range(T):``, the slices and the rows written through ``out=`` taken by the loop itself
+        (a step costs a view of each either way; iterating makes it a third cheaper than indexing)."""
+        order = "range(T - 1, -1, -1)" if self.loop.reverse else "range(T)"
+        written = [stack for stack in self.stacks if self.rows[stack] in self.row_used]
+        names = ["t"] + [name for name, _ in self.sliced] + [self.rows[stack] for stack in written]
+        steps = [whole for _, whole in self.sliced] + written
+        if not steps:
+            return f"    for t in {order}:"
+        steps = [f"{x}[::-1]" if self.loop.reverse else x for x in steps]
+        return f"    for {', '.join(names)} in zip({order}, {', '.join(steps)}):"
 
     def _spread(self, names, reads):
         """{(value every step reads, node): the buffer it is spread into}, for each such value an arithmetic
@@ -95,7 +108,8 @@ class LoopWriter(Writer):
             call.args = [self.spread.get((j, i), name) for j, name in zip(node.inputs, call.args)]
         stack = self.direct.get(i)
         if stack is not None and call.out is None and is_a(node, OUT) and not (node.meta or {}).get("kernel"):
-            call.out = f"{stack}[t]"
+            call.out = self.rows[stack]
+            self.row_used.add(call.out)
             self.written.add(i)
         return call
 
@@ -110,6 +124,7 @@ class LoopWriter(Writer):
             self.lines.append(f"    ({', '.join(carries)},) = ({', '.join(outs[:spec.C])},)")
         for k in range(self.first_body_line, len(self.lines)):
             self.lines[k] = "    " + self.lines[k]
+        self.lines[self.first_body_line - 1] = self.loop_line()
         # A carry the body passes on from one of its inputs (itself, a slice, a value every step reads, or
         # a view of one) would be handed back as that array: the caller's feed or a buffer the outer plan
         # reuses. It leaves the loop as a copy, as a body program's outputs do.

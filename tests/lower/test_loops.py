@@ -1,4 +1,6 @@
 """Loops in plans: the loop written into the body's source, numba-fused bodies, checkpointed scans."""
+import re
+
 import numpy as np
 import pytest
 
@@ -23,8 +25,9 @@ def _rnn(checkpoint=None, steps=40):
 def test_a_scans_loop_is_written_into_its_bodys_source():
     fn, X = _rnn()
     fn(X)
-    assert "for t in range(T):" in fn.source
-    assert "for t in range(T - 1, -1, -1):" in fn.source      # the reverse loop of the gradient
+    # (the step's slices, and the rows of the stacked outputs written with out=, taken by the loop itself)
+    assert re.search(r"for t, \w+, row\d in zip\(range\(T\), \w+_steps, stacked\d\):", fn.source)
+    assert "in zip(range(T - 1, -1, -1), " in fn.source        # the reverse loop of the gradient
 
 
 @pytest.mark.parametrize("k", [1, 3, 7, 40, 100])
@@ -112,3 +115,20 @@ def test_a_bias_every_step_adds_is_spread_to_the_steps_shape_once_before_the_loo
     np.testing.assert_allclose(fn(x), want, rtol=1e-13)
     body = fn.source[fn.source.index("# body"):]
     assert body.count("np.copyto(") == 1 and "b spread to (4, 5)" in body      # (2.0 is 0-d: not spread)
+
+
+@pytest.mark.parametrize("name", ["t", "T", "row0"])
+def test_a_slice_named_like_the_loops_own_names_is_renamed(name):
+    X = sg.placeholder((5, 3), name=name)
+
+    def step(h, x):
+        h = h * 0.5 + x
+        return h, h * h
+    _, ys = sg.scan(step, sg.constant(np.zeros(3)), X, reverse=True)
+    fn = sg.compile(ys, inputs=[X])
+    x = np.random.default_rng(6).normal(size=(5, 3))
+    h, want = np.zeros(3), np.zeros((5, 3))
+    for t in range(4, -1, -1):
+        h = h * 0.5 + x[t]
+        want[t] = h * h
+    np.testing.assert_array_equal(fn(x), want)
