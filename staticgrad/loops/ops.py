@@ -126,10 +126,12 @@ def same_length(x, *others, length=None):
 
 class LoopSpec:
     """The loop a plan may write around a scan's body (lower/loop_source.py): ``C`` carries, ``X`` slices,
-    ``reverse``, ``length`` steps, the stacked outputs' (row shape, dtype)."""
+    ``reverse``, ``length`` steps, the stacked outputs' (row shape, dtype); ``keep_stacked``: the plan
+    may keep the stacked outputs' buffers from call to call (no value of the loop outlives a call)."""
 
-    def __init__(self, C, X, reverse, length, stacked):
+    def __init__(self, C, X, reverse, length, stacked, keep_stacked=False):
         self.C, self.X, self.reverse, self.length, self.stacked = C, X, reverse, length, list(stacked)
+        self.keep_stacked = keep_stacked
 
 
 class ScanLowering:

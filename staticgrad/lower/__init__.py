@@ -100,6 +100,7 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
         body, feed, backend, loop=loop if backend.name != "numba" else None))
     program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop)
     _show_bodies(program, concrete, lowered)
+    _count_bodies(program, lowered)
     saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
     if saved:
         program.stats = dict(program.stats, checkpoint_bytes_saved=saved)
@@ -111,6 +112,18 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
 def _show_bodies(program, graph, lowered):
     if lowered:
         program.source += "\n\n" + body_sources(lowered, graph)
+
+
+def _count_bodies(program, lowered):
+    """Add what the loops' bodies keep from call to call (their workspaces, stacked buffers) to the plan's
+    own ``memory.workspace_bytes``."""
+    memory = getattr(program, "memory", None)
+    if memory is None:
+        return
+    for _, programs in lowered:
+        for body in programs.values():
+            held = getattr(getattr(body, "memory", None), "workspace_bytes", 0)
+            memory.workspace_bytes += held
 
 
 def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
@@ -138,6 +151,8 @@ def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
 
 
 def _numpy_program(concrete, order, params, shapes, memory_planning, loop=None):
+    if loop is not None:
+        loop.keep_stacked = loop.keep_stacked and memory_planning      # (off: fresh arrays, as written)
     writer = loop_writer(loop) if loop is not None else None
     batched = batching.batch(concrete, order, dict(shapes)) if memory_planning else None
     if batched is not None:

@@ -12,6 +12,8 @@ import numpy as np
 from ..ops.registry import OUT, is_a
 from .codegen import Program, Writer, _unused
 
+_SPREAD = ("add", "sub", "mul", "div")     # (each element's result the same whatever the operands' layout)
+
 
 def loop_writer(spec):
     """The writer class for ``codegen.generate`` that puts the body of ``spec``'s loop in the source
@@ -26,6 +28,7 @@ class LoopWriter(Writer):
     loop = None         # (what loop_writer binds: the spec of the loop to write)
 
     def header(self, params, inputs):
+        self.taken.update(("t", "T"))     # (the loop's own names: an input named so is renamed)
         super().header(params, inputs)
         spec, ns = self.loop, self.ns
         names = [self.names[i] for i in inputs]
@@ -38,29 +41,75 @@ class LoopWriter(Writer):
         self.lines[0] = f"def run({', '.join(args)}):"
         steps = f"len({whole[0]})" if spec.length is None and whole else str(spec.length)
         self.lines.append(f"    T = {steps}")
-        self.stacks = []
+        self.stacks, self.kept = [], []
         for k, (shape, dtype) in enumerate(spec.stacked):
             name = _unused(f"stacked{k}", self.taken)
             self.taken.add(name)
             self.stacks.append(name)
-            self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
+            if spec.keep_stacked and spec.length is not None:
+                # (allocated once, with the plan: a fresh array of every step's rows each call costs the
+                # page faults of its first writes, on this machine as much as the loop's small ops)
+                buffer = np.empty((spec.length, *shape), np.dtype(dtype))
+                self.kept.append(ns.bind("w", buffer))
+                self.lines.append(f"    {name} = {self.kept[-1]}  # {buffer.shape} {buffer.dtype}, the plan's own")
+            else:
+                self.lines.append(f"    {name} = np.empty((T, *{tuple(shape)!r}), {ns.bind('dtype', np.dtype(dtype))})")
         # A stacked output an out= kernel computes is written straight into its row (no copy after).
-        self.direct, self.written = {}, set()
+        self.direct, self.written, self.row_used = {}, set(), set()
         for stack, o, (shape, _) in zip(self.stacks, self.graph.outputs[spec.C:], spec.stacked):
             # (a row of one number indexes as a numpy scalar, which no out= takes)
             if o not in self.direct and o not in inputs and tuple(shape):
                 self.direct[o] = stack
-        order = "range(T - 1, -1, -1)" if spec.reverse else "range(T)"
-        self.lines.append(f"    for t in {order}:")
+        self.spread = self._spread(names[spec.C + spec.X:], inputs[spec.C + spec.X:])
+        self.rows = {stack: _unused(f"row{k}", self.taken) for k, stack in enumerate(self.stacks)}
+        self.taken.update(self.rows.values())
+        self.sliced = list(zip(slices, whole))
+        self.lines.append("")           # (the loop's line: finish writes it, knowing which rows are written)
         self.first_body_line = len(self.lines)
-        for name, stacked in zip(slices, whole):
-            self.lines.append(f"    {name} = {stacked}[t]")
+
+    def loop_line(self):
+        """``for t in range(T):``, the slices and the rows written through ``out=`` taken by the loop itself
+        (a step costs a view of each either way; iterating makes it a third cheaper than indexing)."""
+        order = "range(T - 1, -1, -1)" if self.loop.reverse else "range(T)"
+        written = [stack for stack in self.stacks if self.rows[stack] in self.row_used]
+        names = ["t"] + [name for name, _ in self.sliced] + [self.rows[stack] for stack in written]
+        steps = [whole for _, whole in self.sliced] + written
+        if not steps:
+            return f"    for t in {order}:"
+        steps = [f"{x}[::-1]" if self.loop.reverse else x for x in steps]
+        return f"    for {', '.join(names)} in zip({order}, {', '.join(steps)}):"
+
+    def _spread(self, names, reads):
+        """{(value every step reads, node): the buffer it is spread into}, for each such value an arithmetic
+        op broadcasts to a larger shape: numpy adds a (64,) bias to an (8, 64) array three times slower
+        than an (8, 64) one. The buffer is filled once before the loop (the same numbers, the same bits)."""
+        spread, buffers = {}, {}
+        for i, node in self.graph.nodes.items():
+            if node.op not in _SPREAD or any(s is None for s in node.shape):
+                continue
+            for j in node.inputs:
+                read = self.nodes[j]
+                if j not in reads or not read.shape or tuple(read.shape) == tuple(node.shape) or \
+                        read.dtype != node.dtype:
+                    continue
+                key = (j, tuple(node.shape))
+                if key not in buffers:
+                    buffers[key] = self.ns.bind("w", np.empty(node.shape, node.dtype))
+                    self.kept.append(buffers[key])
+                    name = names[reads.index(j)]
+                    self.lines.append(f"    np.copyto({buffers[key]}, {name})  # {name} spread to {tuple(node.shape)} "
+                                      "once: each step's op then broadcasts nothing")
+                spread[(j, i)] = buffers[key]
+        return spread
 
     def call_parts(self, i, node):
         call = super().call_parts(i, node)
+        if self.spread:
+            call.args = [self.spread.get((j, i), name) for j, name in zip(node.inputs, call.args)]
         stack = self.direct.get(i)
         if stack is not None and call.out is None and is_a(node, OUT) and not (node.meta or {}).get("kernel"):
-            call.out = f"{stack}[t]"
+            call.out = self.rows[stack]
+            self.row_used.add(call.out)
             self.written.add(i)
         return call
 
@@ -75,6 +124,7 @@ class LoopWriter(Writer):
             self.lines.append(f"    ({', '.join(carries)},) = ({', '.join(outs[:spec.C])},)")
         for k in range(self.first_body_line, len(self.lines)):
             self.lines[k] = "    " + self.lines[k]
+        self.lines[self.first_body_line - 1] = self.loop_line()
         # A carry the body passes on from one of its inputs (itself, a slice, a value every step reads, or
         # a view of one) would be handed back as that array: the caller's feed or a buffer the outer plan
         # reuses. It leaves the loop as a copy, as a body program's outputs do.
@@ -86,6 +136,8 @@ class LoopWriter(Writer):
             self.lines.append(f"    if not T: ({', '.join(carries)},) = ({copies},)")
         self.lines.append(f"    return [{', '.join(carries + self.stacks)}], []")
         program = Program("\n".join(self.lines) + "\n", self.ns.namespace, self.line_nodes, self.memory, {},
-                          self.slots.values())
+                          [*self.slots.values(), *self.kept])
+        if self.memory is not None:
+            self.memory.workspace_bytes += sum(self.ns.namespace[name].nbytes for name in self.kept)
         program.loop = True
         return program

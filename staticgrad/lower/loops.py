@@ -7,12 +7,14 @@ its own generated function), once per plan; the loop node then calls a kernel th
 from __future__ import annotations
 
 from ..ops.registry import REGISTRY
+from .memory import storage_bases
 
 
 def lower_loops(graph, order, shapes, build):
     """Give every loop node of ``graph`` (a plan's, at ``shapes``) its runner, its bodies built by
     ``build(body graph, feed shapes)``. Returns [(node id, {body attribute: program})]."""
     lowered = []
+    escaping = _escaping_loops(graph, order)
     for i in order:
         node = graph.nodes[i]
         opdef = REGISTRY.get(node.op)
@@ -25,6 +27,8 @@ def lower_loops(graph, order, shapes, build):
         in_shapes = [shapes[j] for j in node.inputs]
         dtypes = _value_dtypes(graph, i)
         loop = getattr(opdef.lowering, "loop_form", lambda *a: None)(node, in_shapes, shapes.multi[i], dtypes)
+        if loop is not None:
+            loop.keep_stacked = i not in escaping
         programs = {attr: build(node.attrs[attr].graph, feeds[attr], **({"loop": loop} if loop and attr == "body"
                                                                             else {}))
                     if feeds[attr] is not None else LazyProgram(node.attrs[attr].graph, build)
@@ -35,6 +39,15 @@ def lower_loops(graph, order, shapes, build):
         lowered.append((i, programs))
     _lazy_values(graph, lowered)
     return lowered
+
+
+def _escaping_loops(graph, order):
+    """The loop nodes some value of which outlives the call: an output or an update is one of them, or a
+    view of one. (The others' stacked values may live in buffers the plan keeps from call to call: no
+    caller ever holds them, and a final carry may be a view of a stacked row.)"""
+    base = storage_bases(graph, order)
+    ends = [base.get(e, e) for e in list(graph.outputs) + [e for _, e in graph.updates]]
+    return {graph.nodes[e].inputs[0] for e in ends if graph.nodes[e].op == "loop_output"}
 
 
 def _lazy_values(graph, lowered):

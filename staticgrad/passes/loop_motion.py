@@ -7,6 +7,8 @@ per-step outputs.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import Graph, Node
 from ..ops.registry import REGISTRY
 
@@ -384,11 +386,40 @@ def _summed_over_steps(add, made, after, outer):
         a, b = (nodes.get(x) for x in term.inputs)
         if a is not None and b is not None and len(a.shape) == 3 and len(b.shape) == 3 and a.shape[1] is not None \
                 and b.shape[2] is not None:
+            a, b = _unshifted(a, b, add, after, nodes)
             left = _rows_first(a, add, after)
             right = new_node(add, "reshape", [b.id], {"shape": (-1, b.shape[2])}, (None, b.shape[2]))
             after.append(right)
             return new_node(add, "matmul", [left, right.id], {}, add.shape)
     return new_node(add, "sum", [made], {"axis": (0,), "keepdims": False}, add.shape)
+
+
+_ALL_BUT_LAST, _ALL_BUT_FIRST = (slice(None, -1, None),), (slice(1, None, None),)
+
+
+def _unshifted(a, b, add, after, nodes):
+    """(a, b) for the sum over steps of a_t @ b_t, without the copy of a stack of carries shifted by a
+    step. A carry's gradient reads the carry each step starts with: the loop's first carry, then its ys
+    but the last (``scan._carries_before``: a concatenation, then a slice). Where that first carry is a
+    constant zero its product adds nothing, and the sum is that of ys[:-1]'s transposes times b[1:] (or,
+    for a loop run backwards, ys[1:]'s times b[:-1]): views of arrays the loops made, no concatenation.
+    Anything else is returned as it is."""
+    shifted = nodes.get(a.inputs[0]) if a.op == "transpose" and a.attrs["axes"] == (0, 2, 1) else None
+    if shifted is None or shifted.op != "getitem" or shifted.attrs["index"] not in (_ALL_BUT_LAST, _ALL_BUT_FIRST):
+        return a, b
+    joined = nodes.get(shifted.inputs[0])
+    if joined is None or joined.op != "concatenate" or joined.attrs.get("axis") != 0 or len(joined.inputs) != 2:
+        return a, b
+    forward = shifted.attrs["index"] == _ALL_BUT_LAST
+    first, ys = (nodes.get(x) for x in (joined.inputs if forward else joined.inputs[::-1]))
+    if first is None or ys is None or first.op != "constant" or first.shape[:1] != (1,) or np.any(first.value):
+        return a, b
+    kept, rest = (_ALL_BUT_LAST, _ALL_BUT_FIRST) if forward else (_ALL_BUT_FIRST, _ALL_BUT_LAST)
+    rows = new_node(add, "getitem", [ys.id], {"index": kept}, (None,) + tuple(ys.shape[1:]))
+    flipped = new_node(add, "transpose", [rows.id], {"axes": (0, 2, 1)}, (None,) + tuple(a.shape[1:]))
+    later = new_node(add, "getitem", [b.id], {"index": rest}, (None,) + tuple(b.shape[1:]))
+    after += [rows, flipped, later]
+    return flipped, later
 
 
 def _rows_first(a, add, after):

@@ -91,7 +91,7 @@ def test_a_saved_scan_runs_its_bodies_as_functions_of_the_module(tmp_path, check
     same_steps(fn, module, feeds)
     text = (tmp_path / "rnn.py").read_text()
     assert "def scan_" in text and "restore(ScanRunner" in text
-    assert ("for t in range(T):" in text) == (checkpoint is None)      # (else the runner loops over the body)
+    assert ("in zip(range(T), " in text) == (checkpoint is None)      # (else the runner loops over the body)
 
 
 def test_a_batched_plan_keeps_the_arrays_that_share_memory_shared(tmp_path):
