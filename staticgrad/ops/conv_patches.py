@@ -162,7 +162,7 @@ def _torch_weight(T, groups):
 
 # ------------------------------------------------------------------ registrations
 def _from_flops(node, shapes):
-    out, (o, cg, kh, kw) = int(np.prod(shapes[node.id])), shapes[node.inputs[1]]
+    out, (_, cg, kh, kw) = int(np.prod(shapes[node.id])), shapes[node.inputs[1]]
     return 2 * out * cg * kh * kw + out * (len(node.inputs) - 2 + node.op.endswith("relu"))
 
 

@@ -59,43 +59,44 @@ def share_patches(graph):
     im2col's row layout (stride 1, patches at least twice the output channels: both then copy the same
     patches), read one "conv2d_patches" node: "conv2d_from_patches[+add[+relu]]" and
     "conv2d_weight_from_patches" keep the ids of the nodes they replace and give the same bits."""
-    pairs = {}          # conv node id -> [weight node ids]
-    forward = {}        # (x id, attributes, kernel) -> conv node
-    for node in graph.nodes.values():
-        if node.op in _FORWARD:
-            w = graph.nodes[node.inputs[1]]
-            a = node.attrs
-            if a["stride"] == (1, 1) and None not in w.shape + node.shape[3:] and by_rows((1, 1), w.shape[1] * w.shape[2] * w.shape[3],
-                                                                          w.shape[0] // a["groups"]):
-                forward.setdefault((node.inputs[0], a["padding"], a["dilation"], a["groups"], w.shape[2:]), node)
-        elif node.op == "conv2d_weight" and len(node.inputs) == 2:
-            a = node.attrs
-            conv = forward.get((node.inputs[0], a["padding"], a["dilation"], a["groups"], tuple(a["kernel"])))
-            if conv is not None and a["stride"] == (1, 1) and node.dtype == conv.dtype:
-                pairs.setdefault(conv.id, []).append(node.id)
+    pairs = _patch_pairs(graph)
     if not pairs:
         return graph, 0
     made = {}           # conv node id -> the patches node's id
-    reader = {j: conv for conv, weights in pairs.items() for j in weights}
 
     def visit(new, node):
-        if node.id in pairs:
-            a, w = node.attrs, new.nodes[node.inputs[1]]
+        if node.id in made:
+            a, w, x = node.attrs, new.nodes[node.inputs[1]], new.nodes[node.inputs[0]]
             attrs = {"kernel": tuple(w.shape[2:]), "padding": a["padding"], "dilation": a["dilation"]}
-            x = new.nodes[node.inputs[0]]
             shape, dtype = REGISTRY["conv2d_patches"].infer([x], **attrs)
             made[node.id] = new.add(Node("conv2d_patches", [x.id], attrs, shape, dtype, role=node.role,
                                          source=node.source, scope=node.scope))
             new.add(node.copy(op=_FORWARD[node.op], inputs=[made[node.id]] + node.inputs[1:],
                               attrs={"groups": a["groups"], "width": node.shape[3]}))
-            return node.id
-        if node.id not in reader:
-            return node.id
-        new.add(node.copy(op="conv2d_weight_from_patches", inputs=[made[reader[node.id]], node.inputs[1]],
-                          attrs={"groups": node.attrs["groups"]}))
+        elif node.id in pairs:
+            new.add(node.copy(op="conv2d_weight_from_patches", inputs=[made[pairs[node.id]], node.inputs[1]],
+                              attrs={"groups": node.attrs["groups"]}))
         return node.id
 
-    return graph.rebuild(visit), sum(len(w) for w in pairs.values())
+    made.update((conv, None) for conv in pairs.values())
+    return graph.rebuild(visit), len(pairs)
+
+
+def _patch_pairs(graph):
+    """{id of a conv2d_weight node: id of the conv2d-like node whose patches it may read}."""
+    pairs = {}
+    forward = {}        # (x id, padding, dilation, groups, kernel size) -> conv node
+    for node in graph.nodes.values():
+        a = node.attrs
+        if node.op in _FORWARD and a["stride"] == (1, 1):
+            w = graph.nodes[node.inputs[1]].shape
+            if None not in w + node.shape[3:] and by_rows((1, 1), w[1] * w[2] * w[3], w[0] // a["groups"]):
+                forward.setdefault((node.inputs[0], a["padding"], a["dilation"], a["groups"], w[2:]), node)
+        elif node.op == "conv2d_weight" and len(node.inputs) == 2 and a["stride"] == (1, 1):
+            conv = forward.get((node.inputs[0], a["padding"], a["dilation"], a["groups"], tuple(a["kernel"])))
+            if conv is not None and node.dtype == conv.dtype:
+                pairs[node.id] = conv.id
+    return pairs
 
 
 def relu_grad_before_pooling(rw, node):
