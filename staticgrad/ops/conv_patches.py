@@ -14,6 +14,7 @@ import numpy as np
 
 from ..tensor import ShapeError, format_shape
 from .conv_fused import bias_fits
+from .conv_rules import _stored, _stored_ints
 from .im2col import _finite, out_length, patches, rows_product, weight_product
 from .registry import C_ORDER, OUT, apply, coerce, defop
 
@@ -41,6 +42,8 @@ def _patches_spec(inputs, kernel, padding, dilation):
     if len(inputs) != 1:
         raise TypeError(f"takes 1 input (x), got {len(inputs)}")
     (x,) = inputs
+    _stored((1, 1), padding, dilation, 1)
+    _stored_ints(kernel, 2, "kernel", 1)
     if x.ndim != 4 or x.dtype.kind != "f":
         raise ShapeError(f"expected a float (N, C, H, W) input, got {format_shape(x.shape)} {x.dtype}")
     n, c, h, w = x.shape
@@ -71,6 +74,8 @@ def _from_spec(inputs, groups, width):
         raise TypeError(f"takes 2 or 3 inputs (patches, w, bias), got {len(inputs)}")
     cols, w = inputs[:2]
     _float_pair(cols, w, "conv2d_from_patches")
+    _stored((1, 1), (0, 0, 0, 0), (1, 1), groups)
+    _stored_ints((width,), 1, "width", 1)
     if cols.ndim != 6 or w.ndim != 4:
         raise ShapeError(f"expected (C, kh, kw, N, OH, R) patches and an (O, C/groups, kh, kw) weight, got "
                          f"{format_shape(cols.shape)} and {format_shape(w.shape)}")
@@ -122,6 +127,7 @@ def _weight_spec(inputs, groups):
         raise TypeError(f"takes 2 inputs (patches, g), got {len(inputs)}")
     cols, g = inputs
     _float_pair(cols, g, "conv2d_weight_from_patches")
+    _stored((1, 1), (0, 0, 0, 0), (1, 1), groups)
     if cols.ndim != 6 or g.ndim != 4:
         raise ShapeError(f"expected (C, kh, kw, N, OH, R) patches and an (N, O, OH, OW) gradient, got "
                          f"{format_shape(cols.shape)} and {format_shape(g.shape)}")
