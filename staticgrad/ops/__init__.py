@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (they register)
     broadcast,
     conv,
     conv_fused,
+    conv_patches,
     elementary,
     elementwise,
     index,

@@ -49,7 +49,7 @@ def out_hw(x_shape, kernel, stride, padding, dilation):
             out_length(w, kw, stride[1], left, right, dilation[1]))
 
 
-def _by_rows(stride, depth, channels):
+def by_rows(stride, depth, channels):
     """Whether patches of ``depth`` = C*kh*kw rows (per group) against ``channels`` output channels (per
     group) are taken along the padded rows: stride 1, and patches at least twice the output's rows."""
     return stride == (1, 1) and ROWS and depth >= 2 * channels
@@ -158,7 +158,7 @@ def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None, scratch=Non
     o, cg, kh, kw = w.shape
     oh, ow = out_hw(x.shape, (kh, kw), stride, padding, dilation)
     depth, og = cg * kh * kw, o // groups
-    rows = _by_rows(stride, depth, og)
+    rows = by_rows(stride, depth, og)
     # The row layout needs a cropping copy anyway: its patches are laid out channel first, so that one
     # product per group covers the whole batch (BLAS is faster on one wide product than on N narrow ones)
     # and the crop also moves the channels back behind the batch.
@@ -166,16 +166,30 @@ def conv2d_kernel(x, w, stride, padding, dilation, groups, out=None, scratch=Non
                    into=scratch[0] if scratch else None)
     y = np.empty((n, o, oh, ow), np.result_type(x.dtype, w.dtype)) if out is None else out
     if rows:
-        r = cols.shape[-1]
-        wide = _buffer(scratch, 1, (groups, og, n * oh * r), y.dtype)
-        np.matmul(w.reshape(groups, og, depth), cols.reshape(groups, depth, n * oh * r), out=wide)
-        np.copyto(y, wide.reshape(o, n, oh, r)[..., :ow].transpose(1, 0, 2, 3))
-    else:
-        np.matmul(w.reshape(groups, og, depth), cols.reshape(n, groups, depth, oh * ow),
-                  out=y.reshape(n, groups, og, oh * ow))
+        return rows_product(cols, w, groups, y, scratch and scratch[1:], bias, relu)
+    np.matmul(w.reshape(groups, og, depth), cols.reshape(n, groups, depth, oh * ow),
+              out=y.reshape(n, groups, og, oh * ow))
+    return epilogue(y, bias, relu)
+
+
+def rows_product(cols, w, groups, y, scratch=None, bias=None, relu=False):
+    """conv2d's result ``y`` (N, O, OH, OW) from patches ``cols`` in the row layout, channel first
+    (C, kh, kw, N, OH, R): one product per group into a wide buffer (``scratch[0]`` where the plan gives
+    one), cropped to OW columns while the channels move back behind the batch; then ``epilogue``."""
+    n, o, oh, ow = y.shape
+    r, og = cols.shape[-1], o // groups
+    wide = _buffer(scratch, 0, (groups, og, n * oh * r), y.dtype)
+    np.matmul(w.reshape(groups, og, -1), cols.reshape(groups, -1, n * oh * r), out=wide)
+    np.copyto(y, wide.reshape(o, n, oh, r)[..., :ow].transpose(1, 0, 2, 3))
+    return epilogue(y, bias, relu)
+
+
+def epilogue(y, bias, relu):
+    """The fused ops' bias add and ReLU, in place on conv2d's result ``y``."""
     if bias is not None:
         # (against an (O, 1) bias numpy's inner loop runs over a whole channel image, not one row)
-        flat = y.reshape(n, o, oh * ow)
+        n, o = y.shape[:2]
+        flat = y.reshape(n, o, -1)
         np.add(flat, bias.reshape(o, 1), out=flat)
     if relu:
         clamp_below(y)
@@ -213,7 +227,7 @@ def scratch_sizes(x_shape, w_shape, stride, padding, dilation, groups) -> list[i
     n, c = x_shape[:2]
     o, cg, kh, kw = w_shape
     oh, ow = out_hw(x_shape, (kh, kw), stride, padding, dilation)
-    if not _by_rows(stride, cg * kh * kw, o // groups):
+    if not by_rows(stride, cg * kh * kw, o // groups):
         return [n * c * kh * kw * oh * ow]
     r = x_shape[3] + padding[2] + padding[3]
     return [n * c * kh * kw * oh * r, n * o * oh * r]
@@ -271,13 +285,21 @@ def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel,
     if out_hw(x.shape, (kh, kw), stride, padding, dilation) != (oh, ow):
         raise ValueError(f"conv2d_weight: an output gradient of shape {g.shape} does not fit the input {x.shape}")
     cg, og = c // groups, o // groups
-    rows = _by_rows(stride, cg * kh * kw, og) and _finite(x)
+    rows = by_rows(stride, cg * kh * kw, og) and _finite(x)
     cols = patches(x, (kh, kw), stride, padding, dilation, batch_first=False, rows=rows,
                    into=scratch[0] if scratch else None)
-    r = cols.shape[-1]
+    return weight_product(cols, g, groups, out, scratch and scratch[1:])
+
+
+def weight_product(cols, g, groups, out=None, scratch=None):
+    """conv2d's weight gradient from the patches ``cols`` (C, kh, kw, N, OH, R) channel first and the output
+    gradient ``g`` (N, O, OH, OW); ``scratch[0]``: the plan's buffer for g widened."""
+    c, kh, kw, n, oh, r = cols.shape
+    o = g.shape[1]
+    cg, og = c // groups, o // groups
     # g as (G, O/G, N*OH*R): one product per group sums over the batch and the pixels (R > OW: g's zero
     # columns meet the patches' extra ones).
-    gt = _widened(g, r, (1, 0, 2, 3), into=scratch and scratch[1:]).reshape(groups, og, n * oh * r)
+    gt = _widened(g, r, (1, 0, 2, 3), into=scratch).reshape(groups, og, n * oh * r)
     target = None if out is None else out.reshape(groups, og, cg * kh * kw)
     dw = np.matmul(gt, cols.reshape(groups, cg * kh * kw, n * oh * r).transpose(0, 2, 1), out=target)
     return dw.reshape(o, cg, kh, kw) if out is None else out
@@ -286,6 +308,6 @@ def conv2d_weight_kernel(x, g, *like, stride, padding, dilation, groups, kernel,
 def weight_sizes(x_shape, g_shape, kernel, stride, padding, dilation, groups) -> list[int]:
     """How many elements conv2d_weight_kernel's temporaries hold at most: the patches, g widened."""
     (n, c, _, w), (_, o, oh, ow) = x_shape, g_shape
-    r = max(ow, w + padding[2] + padding[3] if _by_rows(stride, c // groups * kernel[0] * kernel[1], o // groups)
+    r = max(ow, w + padding[2] + padding[3] if by_rows(stride, c // groups * kernel[0] * kernel[1], o // groups)
             else ow)
     return [c * kernel[0] * kernel[1] * n * oh * r, o * n * oh * r]

@@ -186,13 +186,17 @@ def _hits(x, attrs, best=None):
     if math.isnan(total) or (attrs["padding"] != (0, 0) and total == -np.inf):
         first = _first_inside(attrs, out)
         return _picks_in_order(xp, views, first, best.shape), layout
-    # the first element equal to its window's maximum
+    # the first element equal to its window's maximum; with no NaN every window has one, so the last
+    # offset takes the windows no earlier one took
     hits, taken = [], None
-    for view in views:
-        hit = np.equal(xp[view], best)
+    for k, view in enumerate(views):
         if taken is None:
-            taken = hit.copy()
+            hit = np.equal(xp[view], best)
+            taken = hit.copy() if len(views) > 1 else hit
+        elif k == len(views) - 1:
+            hit = np.logical_not(taken, out=taken)
         else:
+            hit = np.equal(xp[view], best)
             np.greater(hit, taken, out=hit)     # (hit and not taken, in one pass)
             taken |= hit
         hits.append(hit)

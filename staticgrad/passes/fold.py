@@ -2,7 +2,10 @@
 through max pooling's."""
 from __future__ import annotations
 
+from ..graph import Node
 from ..ops.conv_fused import bias_fits
+from ..ops.im2col import by_rows
+from ..ops.registry import REGISTRY
 from ..rewrite import is_scalar_const, rewrite_graph, same_type
 from .stats import PassStats
 
@@ -12,7 +15,8 @@ def run(graph):
     "conv2d+add") when ``b`` holds one number per output channel and nothing else reads the conv2d's
     result (nor the add's, to fold the relu): outputs, updates and every other node are unchanged, and the
     fused kernel gives the same bits. The folded node keeps the id, name and line of the last node it
-    replaces; the others are dropped.
+    replaces; the others are dropped. Then a convolution and its weight gradient share their patches
+    (see :func:`share_patches`).
     """
     graph, masked = rewrite_graph(graph, {"where": [relu_grad_before_pooling]})[:2]
     users = graph.consumers()
@@ -27,22 +31,72 @@ def run(graph):
         relu = after is not None and node.id not in kept and graph.nodes[after].op == "relu"
         target = after if relu else node.id
         folds[target] = ("conv2d+add+relu" if relu else "conv2d+add", conv.inputs[:2] + [bias], conv)
-    if not folds:
-        details = {"max_pool2d_grad masked": masked} if masked else {}
-        return graph, PassStats("fold", changed=masked, details=details)
-
-    def visit(new, node):
-        if node.id not in folds:
-            return node.id
-        op, inputs, conv = folds[node.id]
-        new.add(node.copy(op=op, inputs=inputs, attrs=dict(conv.attrs)))
-        return node.id
-
-    graph = graph.rebuild(visit).without_dead()
+    if folds:
+        graph = graph.rebuild(lambda new, node: _fold(new, node, folds)).without_dead()
+    graph, shared = share_patches(graph)
     details = {"conv2d+add+relu": sum(op.endswith("relu") for op, _, _ in folds.values())}
     details["conv2d+add"] = len(folds) - details["conv2d+add+relu"]
     details["max_pool2d_grad masked"] = masked
-    return graph, PassStats("fold", changed=len(folds) + masked, details={k: v for k, v in details.items() if v})
+    details["patches shared"] = shared
+    return graph, PassStats("fold", changed=len(folds) + masked + shared,
+                            details={k: v for k, v in details.items() if v})
+
+
+def _fold(new, node, folds):
+    if node.id not in folds:
+        return node.id
+    op, inputs, conv = folds[node.id]
+    new.add(node.copy(op=op, inputs=inputs, attrs=dict(conv.attrs)))
+    return node.id
+
+
+_FORWARD = {"conv2d": "conv2d_from_patches", "conv2d+add": "conv2d_from_patches+add",
+            "conv2d+add+relu": "conv2d_from_patches+add+relu"}
+
+
+def share_patches(graph):
+    """A conv2d (or a fused one) and the conv2d_weight of the same input, attributes and kernel size, in
+    im2col's row layout (stride 1, patches at least twice the output channels: both then copy the same
+    patches), read one "conv2d_patches" node: "conv2d_from_patches[+add[+relu]]" and
+    "conv2d_weight_from_patches" keep the ids of the nodes they replace and give the same bits."""
+    pairs = _patch_pairs(graph)
+    if not pairs:
+        return graph, 0
+    made = {}           # conv node id -> the patches node's id
+
+    def visit(new, node):
+        if node.id in made:
+            a, w, x = node.attrs, new.nodes[node.inputs[1]], new.nodes[node.inputs[0]]
+            attrs = {"kernel": tuple(w.shape[2:]), "padding": a["padding"], "dilation": a["dilation"]}
+            shape, dtype = REGISTRY["conv2d_patches"].infer([x], **attrs)
+            made[node.id] = new.add(Node("conv2d_patches", [x.id], attrs, shape, dtype, role=node.role,
+                                         source=node.source, scope=node.scope))
+            new.add(node.copy(op=_FORWARD[node.op], inputs=[made[node.id]] + node.inputs[1:],
+                              attrs={"groups": a["groups"], "width": node.shape[3]}))
+        elif node.id in pairs:
+            new.add(node.copy(op="conv2d_weight_from_patches", inputs=[made[pairs[node.id]], node.inputs[1]],
+                              attrs={"groups": node.attrs["groups"]}))
+        return node.id
+
+    made.update((conv, None) for conv in pairs.values())
+    return graph.rebuild(visit), len(pairs)
+
+
+def _patch_pairs(graph):
+    """{id of a conv2d_weight node: id of the conv2d-like node whose patches it may read}."""
+    pairs = {}
+    forward = {}        # (x id, padding, dilation, groups, kernel size) -> conv node
+    for node in graph.nodes.values():
+        a = node.attrs
+        if node.op in _FORWARD and a["stride"] == (1, 1):
+            w = graph.nodes[node.inputs[1]].shape
+            if None not in w + node.shape[3:] and by_rows((1, 1), w[1] * w[2] * w[3], w[0] // a["groups"]):
+                forward.setdefault((node.inputs[0], a["padding"], a["dilation"], a["groups"], w[2:]), node)
+        elif node.op == "conv2d_weight" and len(node.inputs) == 2 and a["stride"] == (1, 1):
+            conv = forward.get((node.inputs[0], a["padding"], a["dilation"], a["groups"], tuple(a["kernel"])))
+            if conv is not None and node.dtype == conv.dtype:
+                pairs[node.id] = conv.id
+    return pairs
 
 
 def relu_grad_before_pooling(rw, node):
