@@ -177,33 +177,31 @@ class Graph:
         id of a replacement, which it may first ``new_graph.add`` (a copy may keep the same id).
         """
         new = Graph(inputs=self.inputs)
-        mapping = {}
-        moved = False            # until a node is replaced, every input maps to itself
+        moved = {}               # {id: the id standing for it} for the nodes replaced so far, only those
         nodes = new.nodes
         for node in self.nodes.values():
             if moved:
                 inputs = node.inputs
                 for i in inputs:
-                    if mapping[i] != i:
-                        node = node.copy(inputs=[mapping[j] for j in inputs])
+                    if i in moved:
+                        node = node.copy(inputs=[moved.get(j, j) for j in inputs])
                         break
             result = visit(new, node)
             if result == node.id:
                 if result not in nodes:
                     nodes[result] = node
             else:
-                moved = True
-            mapping[node.id] = result
+                moved[node.id] = result
         if not moved and len(nodes) == len(self.nodes) and all(nodes.get(i) is n for i, n in self.nodes.items()):
             return self         # (a pass that changed nothing: no second copy of a big graph's dict)
-        new.outputs = [mapping[o] for o in self.outputs]
-        new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
-        new.inputs = [mapping.get(i, i) for i in self.inputs]
+        new.outputs = [moved.get(o, o) for o in self.outputs]
+        new.updates = [(moved.get(p, p), moved.get(e, e)) for p, e in self.updates]
+        new.inputs = [moved.get(i, i) for i in self.inputs]
         if moved:
             # Provenance follows a replaced forward node to what now computes its value.
             for i, node in nodes.items():
-                target = mapping.get(node.adjoint_of, node.adjoint_of)
-                if target != node.adjoint_of and target in nodes:
+                target = moved.get(node.adjoint_of)
+                if target is not None and target in nodes:
                     nodes[i] = node.copy(adjoint_of=target)
         return new
 

@@ -43,12 +43,12 @@ def batch(graph, order, shapes):
     found.find()
     users = graph.consumers()
     scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.eff.get, found.stackable,
-                        lambda n: batchable(n, shapes), users, found.pos)
+                        found.batchable, users, found.pos)
     for links, _ in scans:
         for m in links:
             found.eff[m] = found.pos[links[0]]
     folds = sums.find(graph, order, shapes, found.escaping, found.row_of, found.stackable,
-                      lambda n: batchable(n, shapes), MIN_BATCH, users)
+                      found.batchable, MIN_BATCH, users)
     del users
     if not found.groups and not folds and not scans:
         return None
@@ -66,20 +66,27 @@ class _Groups:
         self.row_of = {}            # producer id -> (buffer key, row)
         self.buffers = {}           # buffer key -> [member ids in row order]
         self.groups = []            # (first member position, op, shape, template node, members, inputs)
+        self._batchable = {}        # node id -> batchable(node): each node is asked several times
+
+    def batchable(self, n):
+        known = self._batchable.get(n.id)
+        if known is None:
+            known = self._batchable[n.id] = batchable(n, self.shapes)
+        return known
 
     def ready(self, i):
         return max((self.eff[j] for j in self.nodes[i].inputs), default=-1)
 
     def stackable(self, i, shape, dtype):
         n = self.nodes[i]
-        return (i not in self.row_of and i not in self.escaping and n.inputs and batchable(n, self.shapes)
+        return (i not in self.row_of and i not in self.escaping and n.inputs and self.batchable(n)
                 and not is_a(n, VIEW) and tuple(self.shapes[i]) == tuple(shape) and n.dtype == dtype)
 
     def find(self):
         by_kind = {}
         for i in self.order:
             n = self.nodes[i]
-            if not n.inputs or i in self.escaping or not batchable(n, self.shapes):
+            if not n.inputs or i in self.escaping or not self.batchable(n):
                 continue
             kinds = tuple(("c", j) if self.nodes[j].op == "constant" else ("v",) for j in n.inputs)
             by_kind.setdefault((n.op, n.dtype.str, tuple(self.shapes[i]), kinds), []).append(i)

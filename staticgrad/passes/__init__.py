@@ -32,8 +32,13 @@ DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "
 # Passes whose result holds nothing more for them to do (CSE merges in graph order, each node's inputs
 # already merged; DCE keeps exactly what the outputs need): run again on the graph they left, unchanged
 # since, they would change nothing, so the pipeline skips them (the second CSE above, when the simplify
-# between found nothing: four seconds of a million-op chain's compile).
+# between found nothing: four seconds of a million-op chain's compile). Any of ours is deterministic: one
+# that changed nothing is skipped too until the graph changes (the third simplify above, when the second
+# left the graph as it found it and the passes between changed nothing).
 IDEMPOTENT = (cse.run, dce.run)
+
+
+_OURS = frozenset(PASSES.values())
 
 
 def resolve(passes) -> list:
@@ -126,7 +131,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
         del before_graph, result       # (not alive while the next pass builds a third graph)
         if not unchanged:
             done.clear()
-        if fn in IDEMPOTENT:
+        if fn in IDEMPOTENT or (unchanged and fn in _OURS):
             done.add(fn)
         if not unchanged:
             ops_after = {i: n.op for i, n in graph.nodes.items()}
