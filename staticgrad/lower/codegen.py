@@ -72,6 +72,9 @@ class _Names:
         return self._named((prefix, id(value)), prefix, value)
 
     def kernel(self, op, kernel):
+        name = self._by_id.get(("kernel", op, id(kernel)))     # (asked once per node: the prefix only once)
+        if name is not None:
+            return name
         return self._named(("kernel", op, id(kernel)), re.sub(r"[^a-z0-9_]", "_", op.lower()) + "_", kernel)
 
     def _named(self, key, prefix, value):

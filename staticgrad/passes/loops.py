@@ -125,10 +125,12 @@ def into_bodies(graph, fn):
     """Run the pass ``fn`` inside every loop body of ``graph`` (and the bodies within them). Returns
     (graph, how many nodes it changed in them)."""
     changed, replaced = 0, {}
+    # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
+    holders = {name for name, op in REGISTRY.items() if op.bodies}
     for i, node in graph.nodes.items():
-        opdef = REGISTRY.get(node.op)
-        if opdef is None or not opdef.bodies:
+        if node.op not in holders:
             continue
+        opdef = REGISTRY[node.op]
         attrs = dict(node.attrs)
         for attr in opdef.bodies:
             body = attrs[attr]
