@@ -42,7 +42,7 @@ def batch(graph, order, shapes):
     found = _Groups(graph, order, shapes)
     found.find()
     users = graph.consumers()
-    scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.eff.get, found.stackable,
+    scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.where, found.stackable,
                         found.batchable, users, found.pos)
     for links, _ in scans:
         for m in links:
@@ -62,7 +62,7 @@ class _Groups:
         self.nodes, self.order, self.shapes = graph.nodes, order, shapes
         self.pos = {i: k for k, i in enumerate(order)}
         self.escaping = _escaping(graph, order)
-        self.eff = dict(self.pos)   # where each value is computed: a batched op's members all move to its position
+        self.eff = {}               # where a batched op's members are computed: all at its position
         self.row_of = {}            # producer id -> (buffer key, row)
         self.buffers = {}           # buffer key -> [member ids in row order]
         self.groups = []            # (first member position, op, shape, template node, members, inputs)
@@ -74,8 +74,13 @@ class _Groups:
             known = self._batchable[n.id] = batchable(n, self.shapes)
         return known
 
+    def where(self, j):
+        """Where value ``j`` is computed (its own position unless batched: no copy of ``pos`` per node)."""
+        moved = self.eff.get(j)
+        return self.pos.get(j) if moved is None else moved
+
     def ready(self, i):
-        return max((self.eff[j] for j in self.nodes[i].inputs), default=-1)
+        return max((self.where(j) for j in self.nodes[i].inputs), default=-1)
 
     def stackable(self, i, shape, dtype):
         n = self.nodes[i]
