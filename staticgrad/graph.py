@@ -155,11 +155,11 @@ class Graph:
         the update expressions, when the caller already has it."""
         if found is None:
             found = ancestors(list(outputs) + [e for _, e in updates])
-        else:
-            found = dict(found)
-        for leaf in [p for p, _ in updates] + list(inputs):     # (leaves: nothing more to walk)
-            found.setdefault(leaf.id, leaf)
-        nodes = {i: Node.from_tensor(found[i]) for i in sorted(found)}
+        # (leaves: nothing more to walk; the caller's ``found`` is not copied, a million entries)
+        extra = {leaf.id: leaf for leaf in [p for p, _ in updates] + list(inputs) if leaf.id not in found}
+        ids = sorted(found) if not extra else sorted([*found, *extra])
+        nodes = {i: Node.from_tensor(found[i] if i in found else extra[i]) for i in ids}
+        del ids
         return cls(nodes, [t.id for t in outputs], [(p.id, e.id) for p, e in updates], [t.id for t in inputs])
 
     # ------------------------------------------------------------------ editing
