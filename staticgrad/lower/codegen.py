@@ -66,10 +66,19 @@ class _Names:
 
     def __init__(self):
         self.namespace = {"np": np}
-        self._by_id = {}
+        self._by_id, self._bound = {}, {}
 
     def bind(self, prefix, value):
-        return self._named((prefix, id(value)), prefix, value)
+        # Keyed by id(value) in one dict per prefix: a plan binds one constant per batched row (millions in
+        # a huge one), and a (prefix, id) tuple per constant weighs more than the entry itself.
+        bound = self._bound.get(prefix)
+        if bound is None:
+            bound = self._bound[prefix] = {}
+        name = bound.get(id(value))
+        if name is None:
+            name = bound[id(value)] = f"{prefix}{len(self.namespace)}"
+            self.namespace[name] = value
+        return name
 
     def kernel(self, op, kernel):
         name = self._by_id.get(("kernel", op, id(kernel)))     # (asked once per node: the prefix only once)
