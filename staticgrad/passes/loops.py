@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..graph import Graph
-from ..ops.registry import REGISTRY
+from ..ops.registry import HOLDS_BODIES, REGISTRY
 from . import loop_motion
 from .stats import PassStats
 
@@ -125,12 +125,13 @@ def into_bodies(graph, fn):
     """Run the pass ``fn`` inside every loop body of ``graph`` (and the bodies within them). Returns
     (graph, how many nodes it changed in them)."""
     changed, replaced = 0, {}
-    # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
-    holders = {name for name, op in REGISTRY.items() if op.bodies}
     for i, node in graph.nodes.items():
-        if node.op not in holders:
+        # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
+        if node.op not in HOLDS_BODIES:
             continue
-        opdef = REGISTRY[node.op]
+        opdef = REGISTRY.get(node.op)
+        if opdef is None or not opdef.bodies:
+            continue
         attrs = dict(node.attrs)
         for attr in opdef.bodies:
             body = attrs[attr]
