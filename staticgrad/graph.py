@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 
 import networkx as nx
 import numpy as np
@@ -192,8 +193,10 @@ class Graph:
                     nodes[result] = node
             else:
                 moved[node.id] = result
-        if not moved and len(nodes) == len(self.nodes) and all(nodes.get(i) is n for i, n in self.nodes.items()):
-            return self         # (a pass that changed nothing: no second copy of a big graph's dict)
+        # A pass that changed nothing gets this graph back (no second copy of a big graph's dict): every node
+        # kept as itself, in the same order, nothing added (compared in C; a reordering only costs a copy).
+        if not moved and len(nodes) == len(self.nodes) and all(map(operator.is_, nodes.values(), self.nodes.values())):
+            return self
         new.outputs = [moved.get(o, o) for o in self.outputs]
         new.updates = [(moved.get(p, p), moved.get(e, e)) for p, e in self.updates]
         new.inputs = [moved.get(i, i) for i in self.inputs]
@@ -257,12 +260,13 @@ class Graph:
                 self.nodes[i] = node.copy(role=role)
 
     def _needed(self, roots) -> set:
-        seen, stack = set(), list(roots)
+        seen, stack, nodes = set(), list(roots), self.nodes
+        add, pop, extend = seen.add, stack.pop, stack.extend     # (a walk of millions of nodes, several per compile)
         while stack:
-            i = stack.pop()
+            i = pop()
             if i not in seen:
-                seen.add(i)
-                stack.extend(self.nodes[i].inputs)
+                add(i)
+                extend(nodes[i].inputs)
         return seen
 
     def to_networkx(self) -> nx.DiGraph:

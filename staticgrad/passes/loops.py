@@ -1,6 +1,8 @@
 """Loops: one loop where two were made, no work for values nobody reads, and loop-invariant code motion."""
 from __future__ import annotations
 
+import operator
+
 from ..graph import Graph
 from ..ops.registry import HOLDS_BODIES, REGISTRY
 from . import loop_motion
@@ -121,10 +123,15 @@ def _merged(graph, plans):
                  [(p, mapping.get(e, e)) for p, e in graph.updates], graph.inputs)
 
 
+_OP = operator.attrgetter("op")
+
+
 def into_bodies(graph, fn):
     """Run the pass ``fn`` inside every loop body of ``graph`` (and the bodies within them). Returns
     (graph, how many nodes it changed in them)."""
     changed, replaced = 0, {}
+    if HOLDS_BODIES.isdisjoint(map(_OP, graph.nodes.values())):
+        return graph, 0         # (nearly every graph: one scan in C)
     for i, node in graph.nodes.items():
         # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
         if node.op not in HOLDS_BODIES:
