@@ -66,13 +66,9 @@ class _Groups:
         self.row_of = {}            # producer id -> (buffer key, row)
         self.buffers = {}           # buffer key -> [member ids in row order]
         self.groups = []            # (first member position, op, shape, template node, members, inputs)
-        self._batchable = {}        # node id -> batchable(node): each node is asked several times
 
     def batchable(self, n):
-        known = self._batchable.get(n.id)
-        if known is None:
-            known = self._batchable[n.id] = batchable(n, self.shapes)
-        return known
+        return batchable(n, self.shapes)
 
     def where(self, j):
         """Where value ``j`` is computed (its own position unless batched: no copy of ``pos`` per node)."""
@@ -80,18 +76,25 @@ class _Groups:
         return self.pos.get(j) if moved is None else moved
 
     def ready(self, i):
-        return max((self.where(j) for j in self.nodes[i].inputs), default=-1)
+        eff, pos, last = self.eff, self.pos, -1
+        for j in self.nodes[i].inputs:      # (a loop, not max() over where(): asked of every node)
+            k = eff.get(j)
+            if k is None:
+                k = pos.get(j)
+            if k > last:
+                last = k
+        return last
 
     def stackable(self, i, shape, dtype):
         n = self.nodes[i]
-        return (i not in self.row_of and i not in self.escaping and n.inputs and self.batchable(n)
+        return (i not in self.row_of and i not in self.escaping and n.inputs and batchable(n, self.shapes)
                 and not is_a(n, VIEW) and tuple(self.shapes[i]) == tuple(shape) and n.dtype == dtype)
 
     def find(self):
         by_kind = {}
         for i in self.order:
             n = self.nodes[i]
-            if not n.inputs or i in self.escaping or not self.batchable(n):
+            if not n.inputs or i in self.escaping or not batchable(n, self.shapes):
                 continue
             kinds = tuple(("c", j) if self.nodes[j].op == "constant" else ("v",) for j in n.inputs)
             by_kind.setdefault((n.op, n.dtype.str, tuple(self.shapes[i]), kinds), []).append(i)

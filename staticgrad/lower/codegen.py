@@ -302,7 +302,7 @@ class Writer:
         memory, ns = self.memory, self.ns
         self.counter += 1
         var = self.names[i] = f"v{self.counter}"
-        own = (node.meta or {}).get("kernel")      # a plan's own kernel (a scan, a gather) owns its buffer
+        own = node.meta.get("kernel") if node.meta else None    # a plan's own kernel (a scan, a gather) owns its buffer
         slot = memory.slot.get(i) if memory is not None else None
         out = self.slots[slot] if slot is not None else None
         if memory is not None and i in memory.fixed_out and own is None:
