@@ -41,7 +41,7 @@ def batch(graph, order, shapes):
     nothing is."""
     found = _Groups(graph, order, shapes)
     found.find()
-    users = graph.consumers()
+    users = _Readers(graph)
     scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.where, found.stackable,
                         found.batchable, users, found.pos)
     for links, _ in scans:
@@ -53,6 +53,29 @@ def batch(graph, order, shapes):
     if not found.groups and not folds and not scans:
         return None
     return stacked.rewrite(graph, order, shapes, found.groups, found.buffers, found.row_of, folds, scans, found.pos)
+
+
+class _Readers:
+    """The readers of each value, as ``graph.consumers()`` lists them (one entry per use, in graph order),
+    in less memory: one reader, the usual case, is kept as its id, not in a list of its own (a plan of
+    millions of nodes would hold millions of lists). Only ``get(i, default)``, which gives a sequence."""
+
+    def __init__(self, graph):
+        one, more = {}, {}
+        for node in graph.nodes.values():
+            k = node.id
+            for i in node.inputs:
+                if i in more:
+                    more[i].append(k)
+                elif i in one:
+                    more[i] = [one.pop(i), k]
+                else:
+                    one[i] = k
+        self.one, self.more = one, more
+
+    def get(self, i, default=None):
+        reader = self.one.get(i)
+        return (reader,) if reader is not None else self.more.get(i, default)
 
 
 class _Groups:
