@@ -27,10 +27,16 @@ def polynomial():
     v = sg.placeholder((), name="v", requires_grad=True)
     t1 = u * u
     t2 = t1 * u
+    t3 = 2 * t2
     t4 = u * v
+    t5 = 3 * t4
     t6 = v * v
-    y = 2 * t2 + 3 * t4 + 4 * t6 + 5
-    for name, t in dict(t1=t1, t2=t2, t4=t4, t6=t6, y=y).items():
+    t7 = 4 * t6
+    s1 = t3 + t5
+    s2 = s1 + t7
+    y = s2 + 5
+    names = dict(t1=t1, t2=t2, t3=t3, t4=t4, t5=t5, t6=t6, t7=t7, s1=s1, s2=s2, y=y)
+    for name, t in names.items():     # every node named, so the trace reads the same in every run
         t.name = name
     return sg.compile([y] + sg.grad(y, [u, v]), inputs=[u, v])
 

@@ -523,6 +523,8 @@ spec("scan", lambda h0, xs, w: _rnn(h0, xs, w)[1].sum(axis=0) + _rnn(h0, xs, w)[
 spec("scan", lambda h0, xs, w: _rnn(h0, xs, w, reverse=True)[1], RNN_INPUTS,
      lambda h0, xs, w: _rnn_ref(h0, xs, w, reverse=True)[1], tag="reverse")
 spec("loop_output", lambda h0, xs, w: _rnn(h0, xs, w)[0], RNN_INPUTS, lambda h0, xs, w: _rnn_ref(h0, xs, w)[0])
+spec("same_length", lambda x, y: sg.ops.same_length(x, y), inputs(normal(4, 3), normal(4, 2)), lambda x, y: x,
+     torch=lambda T, x, y: x)
 
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops as ops_package
-from ..ops.registry import REGISTRY, apply, defop
+from ..ops.registry import IDENTITY, REGISTRY, SHAPE_REF, VIEW, apply, defop
 from ..tensor import ShapeError, format_shape
 from .body import Body
 from .checkpoint import LazyRows, Segments
@@ -81,9 +81,47 @@ def scan_length(node, in_shapes):
     if attrs["length"] is not None:
         lengths.add(attrs["length"])
     if len(lengths) != 1:
-        raise ShapeError(f"scan (built at {node.source}): its xs have {len(lengths)} different lengths "
-                         f"{sorted(lengths)}" + (f" (length={attrs['length']})" if attrs["length"] else ""))
+        raise ShapeError(f"scan (built at {node.source}): {_disagree(lengths, attrs['length'])}")
     return lengths.pop()
+
+
+def _disagree(lengths, length):
+    return f"its xs have {len(lengths)} different lengths {sorted(lengths)}" + (
+        f" (length={length})" if length else "")
+
+
+# ------------------------------------------------------------------ a scan's length check, hoisted
+def _same_length_infer(inputs, length):
+    if not inputs or any(not x.shape for x in inputs):
+        raise ShapeError("takes one or more values of one or more axes")
+    lengths = {x.shape[0] for x in inputs} | ({length} - {None})
+    if len(lengths - {None}) > 1:
+        raise ShapeError(_disagree(lengths - {None}, length))
+    return inputs[0].shape, inputs[0].dtype
+
+
+def _same_length_kernel(x, *others, length):
+    return x
+
+
+def _same_length_vjp(g, out, x, *others, length):
+    return (g,) + (None,) * len(others)
+
+
+SAME_LENGTH = defop(
+    "same_length", _same_length_kernel, _same_length_infer, _same_length_vjp, VIEW | IDENTITY | SHAPE_REF,
+    public=False, checks="scan",
+    unsupported={"scalar": "a check of its inputs' lengths: a plan at known sizes runs nothing for it"},
+    torch=lambda T, length: lambda x, *others: x,
+    doc="Its first input, once every input has as many rows (and ``length``, unless None) when the call runs: "
+        "the loops pass puts it before work on a scan's slices it hoists out of the loop, so xs of different "
+        "lengths fail as the scan does (a plan at known sizes then runs nothing for it).")
+
+
+def same_length(x, *others, length=None):
+    """``x``, once ``x`` and ``others`` have as many rows (and ``length``, unless None) when the call runs
+    (a ShapeError otherwise, naming the scan built at that line)."""
+    return apply("same_length", (x, *others), {"length": length})
 
 
 class LoopSpec:
@@ -265,4 +303,5 @@ def register(scan_fn, scan_vjp, output_vjp):
                 unsupported={"scalar": "reads a loop's values", "torch": "reads a loop's values"})
     publish(scan, scan_fn)
     publish(out, loop_output)
+    publish(SAME_LENGTH, same_length)
     return scan, out

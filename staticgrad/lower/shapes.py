@@ -62,7 +62,8 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> Sizes:
             sizes = ", ".join(format_shape(shapes[j]) for j in node.inputs)
             fed = ", ".join(f"{graph.nodes[j].label()!r} {format_shape(s)}" for j, s in zip(graph.inputs, feed_shapes)
                             if None in graph.nodes[j].shape)
-            raise ShapeError(f"{node.op} (built at {node.source}): {err}; the sizes fed ({fed}) give inputs of "
+            name = REGISTRY[node.op].checks or node.op
+            raise ShapeError(f"{name} (built at {node.source}): {err}; the sizes fed ({fed}) give inputs of "
                              f"shapes {sizes}") from None
         shapes[i] = tuple(shape)
     return shapes

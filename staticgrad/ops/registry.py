@@ -99,12 +99,15 @@ class OpDef:
       in build order (``index`` 0, 1, ...), so a call with D draws of a key reads D positions of its
       stream; eager mode runs each at once with index 0 and sets a key that is a parameter or an eager
       leaf to ``draws(key)``. None for every other op.
+    - ``checks``: the op whose check this one is (a scan's, for the check of its xs' lengths the loops pass
+      puts before the work it hoists out of the loop): a failure of its shape rule at a call's sizes is
+      reported as that op's, at the line it was built on. None for every other op.
     """
 
     __slots__ = ("name", "kernel", "infer", "vjp", "flags", "doc", "scalar", "scalar_rule", "scalar_kinds",
                  "scalar_work", "flops", "specialize", "fast_kernel", "permutes", "paired", "core_axes", "torch",
                  "unsupported", "function", "public", "bodies", "lowering", "takes_needs", "batch", "scratch",
-                 "draws")
+                 "draws", "checks")
 
     def __init__(self, name, kernel, infer, vjp=None, flags=0, doc=""):
         self.name, self.kernel, self.infer, self.vjp, self.flags, self.doc = name, kernel, infer, vjp, flags, doc
@@ -118,7 +121,7 @@ class OpDef:
         self.unsupported = {}
         self.public = True
         self.bodies, self.lowering, self.takes_needs, self.batch = (), None, False, None
-        self.scratch = self.draws = None
+        self.scratch = self.draws = self.checks = None
 
     def has(self, flag) -> bool:
         return bool(self.flags & flag)

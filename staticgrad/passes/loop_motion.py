@@ -149,14 +149,16 @@ def hoist(graph, i):
         outer = {p: o for p, o in outer.items() if p not in stacked}
         stacked = set()
     before, moved = [], []
+    lengths = _Lengths(graph, s, stacked)
     for j, node in bg.nodes.items():
         if j in outer or j in on_carry or not node.inputs:
             continue
-        made = _outside(bg, node, outer, stacked, length, before)
+        made = _outside(bg, node, outer, stacked, length, before, lengths)
         if made is not None:
             outer[j] = made
             moved.append(j)
             if any(x in stacked for x in node.inputs):
+                lengths.track(j, node.inputs, stacked)
                 stacked.add(j)
     frontier = _frontier(bg, moved)
     if not frontier:
@@ -185,7 +187,7 @@ def _frontier(bg, moved):
     return [j for j in moved if j in read]
 
 
-def _outside(bg, node, outer, stacked, length, before):
+def _outside(bg, node, outer, stacked, length, before, lengths):
     """The id of ``node`` computed outside the loop (appending what that makes to ``before``), or None."""
     ins = []
     for x in node.inputs:
@@ -208,10 +210,44 @@ def _outside(bg, node, outer, stacked, length, before):
     if ruled is None:
         return None
     attrs, lifts = ruled
+    ins = lengths.checked(node.inputs, ins, stacked, before)
     ins = [_lifted(bg.nodes[x], o, lift, length, before) for x, o, lift in zip(node.inputs, ins, lifts)]
     n = new_node(node, node.op, ins, attrs, (length,) + tuple(node.shape))
     before.append(n)
     return n.id
+
+
+class _Lengths:
+    """Which of a scan's xs each stacked value hoisted out of it is computed from. Work hoisted out of the
+    loop runs before the scan checks its xs' lengths: where it combines xs whose lengths are not known to
+    agree, it reads its operand through a ``same_length`` check of them (the scan's line and message, and
+    nothing to run once a plan knows the sizes), not a broadcast failing in the user's op."""
+
+    def __init__(self, graph, s, stacked):
+        self.graph, self.scan, self.body = graph, s.node, s.bg
+        self.of = {p: frozenset([o]) for p, o in zip(s.p_x, s.xs) if p in stacked}
+
+    def _xs(self, inputs, stacked):
+        return frozenset().union(*(self.of[x] for x in inputs if x in stacked))
+
+    def track(self, j, inputs, stacked):
+        self.of[j] = self._xs(inputs, stacked)
+
+    def checked(self, inputs, ins, stacked, before):
+        """``ins`` (the outer operands of body inputs ``inputs``), one read through a check where needed."""
+        xs = self._xs(inputs, stacked)
+        known = {self.graph.nodes[o].shape[0] for o in xs}
+        if len(xs) < 2 or (len(known) == 1 and None not in known):
+            return ins
+        # (the operand computed from the most xs; from all of them, it was made after their check)
+        k = max((k for k, x in enumerate(inputs) if x in stacked), key=lambda k: len(self.of[inputs[k]]))
+        if self.of[inputs[k]] == xs:
+            return ins
+        first, length = self.body.nodes[inputs[k]], self.scan.attrs["length"]
+        check = new_node(self.scan, "same_length", [ins[k], *sorted(xs - self.of[inputs[k]])], {"length": length},
+                         (length,) + tuple(first.shape), first.dtype)
+        before.append(check)
+        return ins[:k] + [check.id] + ins[k + 1:]
 
 
 def _constant(n):

@@ -1,6 +1,6 @@
 """Dead-branch pruning for inputs that need no gradient."""
 from ..graph import Graph
-from ..ops.registry import IDENTITY, is_a
+from ..ops.registry import IDENTITY, SHAPE_REF, is_a
 from .stats import PassStats
 
 
@@ -29,7 +29,8 @@ def run(graph):
 
     def visit(new, node):
         nonlocal bypassed
-        if is_a(node, IDENTITY):
+        # (an identity that reads other values for their shapes checks them when the call runs: it stays)
+        if is_a(node, IDENTITY) and not is_a(node, SHAPE_REF):
             bypassed += 1
             return node.inputs[0]
         return node.id

@@ -194,12 +194,7 @@ def _numpy_tanh_loop(X, w):
     return total
 
 
-HOISTED_LENGTH_CHECK = pytest.mark.xfail(strict=True, reason=(
-    "a body op on two xs hoisted out of the loop (passes/loop_motion.hoist) runs before the scan checks "
-    "its xs' lengths: the error blames a broadcast of (3, 2) and (4, 2) in the user's mul"))
-
-
-@pytest.mark.parametrize("optimize", [pytest.param(True, marks=HOISTED_LENGTH_CHECK), False])
+@pytest.mark.parametrize("optimize", [True, False])
 def test_xs_of_unknown_length_that_disagree_at_run_time_raise(optimize):
     X = sg.placeholder((None, 2), name="X")
     Y = sg.placeholder((None, 2), name="Y")
@@ -905,10 +900,6 @@ def test_gradient_descent_inside_the_body_differentiated_again():
     check(model, rand(4, 3), rand(3), order=2)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "passes/loops.merge merges a forward loop with its grad-extended twin only while both bodies are as "
-    "traced: an earlier pass that simplified inside the body (into_bodies: h * 1.0, folded constants) "
-    "leaves two forward loops, each run"))
 def test_one_forward_loop_after_passes_that_rewrote_the_body():
     X = sg.placeholder((4, 3), name="X", requires_grad=True)
     _, hs = sg.scan(lambda h, x: (sg.tanh(h * 1.0 + x * (sg.constant(2.0) * 3.0)), h), sg.constant(np.zeros(3)),

@@ -132,6 +132,9 @@ def test_tables_and_findings(result):
     assert lines[0].startswith("Unrolled build + compile + first call") and lines[-1].startswith("Epoch:")
 
 
+# The 0.1 ms limit fires wherever the build happens to be, a garbage collection callback included, where
+# Python can only print the exception (the limit re-arms and the next one ends the block).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_an_unrolled_build_over_its_time_limit_is_reported_not_waited_for(rng):
     config = dict(rnn_measure.QUICK)
     params = rnn.rnn_params(rng, config["inputs"], config["hidden"])
