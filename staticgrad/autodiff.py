@@ -83,7 +83,7 @@ def _send(node, opdef, g, needs, mode, pending, sends):
     """Run ``node``'s VJP rule and add each needed input's contribution to what it has received so far."""
     adjoint_of, rule = mode.provenance(node)
     with building(role="backward", adjoint_of=adjoint_of, rule=rule, forward_source=node.source):
-        if not (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__):
+        if not _ours(opdef):
             CONTEXT.source = None            # a VJP written outside the package: its own lines
         grads = mode.vjp(opdef, g, node, needs)
         siblings = node.inputs if opdef.core_axes is not None else ()
@@ -105,6 +105,16 @@ def _send(node, opdef, g, needs, mode, pending, sends):
                 parts.append(contribution)
             with building(adjoint_of=mode.provenance(x)[0], rule="sum at fork"):
                 pending[x.id] = (total + contribution, parts)
+
+
+_OURS = {}       # op name -> (its VJP, whether that is the package's own): asked once per node of a sweep
+
+
+def _ours(opdef) -> bool:
+    known = _OURS.get(opdef.name)
+    if known is None or known[0] is not opdef.vjp:
+        known = _OURS[opdef.name] = (opdef.vjp, (getattr(opdef.vjp, "__module__", None) or "").startswith(__package__))
+    return known[1]
 
 
 class Cotangents:

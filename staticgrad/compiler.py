@@ -149,6 +149,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
                                   f"which are not in inputs (at {source})")
 
     graph = Graph.from_tensors(outs, pairs, inputs, found)
+    del found           # (a million entries, not needed while the passes run)
     number_draws(graph)
     graph.assign_roles()
     unoptimized = graph if len(graph.nodes) <= passes_mod.KEEP_UP_TO else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 
 import networkx as nx
 import numpy as np
@@ -155,11 +156,11 @@ class Graph:
         the update expressions, when the caller already has it."""
         if found is None:
             found = ancestors(list(outputs) + [e for _, e in updates])
-        else:
-            found = dict(found)
-        for leaf in [p for p, _ in updates] + list(inputs):     # (leaves: nothing more to walk)
-            found.setdefault(leaf.id, leaf)
-        nodes = {i: Node.from_tensor(found[i]) for i in sorted(found)}
+        # (leaves: nothing more to walk; the caller's ``found`` is not copied, a million entries)
+        extra = {leaf.id: leaf for leaf in [p for p, _ in updates] + list(inputs) if leaf.id not in found}
+        ids = sorted(found) if not extra else sorted([*found, *extra])
+        nodes = {i: Node.from_tensor(found[i] if i in found else extra[i]) for i in ids}
+        del ids
         return cls(nodes, [t.id for t in outputs], [(p.id, e.id) for p, e in updates], [t.id for t in inputs])
 
     # ------------------------------------------------------------------ editing
@@ -177,33 +178,33 @@ class Graph:
         id of a replacement, which it may first ``new_graph.add`` (a copy may keep the same id).
         """
         new = Graph(inputs=self.inputs)
-        mapping = {}
-        moved = False            # until a node is replaced, every input maps to itself
+        moved = {}               # {id: the id standing for it} for the nodes replaced so far, only those
         nodes = new.nodes
         for node in self.nodes.values():
             if moved:
                 inputs = node.inputs
                 for i in inputs:
-                    if mapping[i] != i:
-                        node = node.copy(inputs=[mapping[j] for j in inputs])
+                    if i in moved:
+                        node = node.copy(inputs=[moved.get(j, j) for j in inputs])
                         break
             result = visit(new, node)
             if result == node.id:
                 if result not in nodes:
                     nodes[result] = node
             else:
-                moved = True
-            mapping[node.id] = result
-        if not moved and len(nodes) == len(self.nodes) and all(nodes.get(i) is n for i, n in self.nodes.items()):
-            return self         # (a pass that changed nothing: no second copy of a big graph's dict)
-        new.outputs = [mapping[o] for o in self.outputs]
-        new.updates = [(mapping[p], mapping[e]) for p, e in self.updates]
-        new.inputs = [mapping.get(i, i) for i in self.inputs]
+                moved[node.id] = result
+        # A pass that changed nothing gets this graph back (no second copy of a big graph's dict): every node
+        # kept as itself, in the same order, nothing added (compared in C; a reordering only costs a copy).
+        if not moved and len(nodes) == len(self.nodes) and all(map(operator.is_, nodes.values(), self.nodes.values())):
+            return self
+        new.outputs = [moved.get(o, o) for o in self.outputs]
+        new.updates = [(moved.get(p, p), moved.get(e, e)) for p, e in self.updates]
+        new.inputs = [moved.get(i, i) for i in self.inputs]
         if moved:
             # Provenance follows a replaced forward node to what now computes its value.
             for i, node in nodes.items():
-                target = mapping.get(node.adjoint_of, node.adjoint_of)
-                if target != node.adjoint_of and target in nodes:
+                target = moved.get(node.adjoint_of)
+                if target is not None and target in nodes:
                     nodes[i] = node.copy(adjoint_of=target)
         return new
 
@@ -259,12 +260,13 @@ class Graph:
                 self.nodes[i] = node.copy(role=role)
 
     def _needed(self, roots) -> set:
-        seen, stack = set(), list(roots)
+        seen, stack, nodes = set(), list(roots), self.nodes
+        add, pop, extend = seen.add, stack.pop, stack.extend     # (a walk of millions of nodes, several per compile)
         while stack:
-            i = stack.pop()
+            i = pop()
             if i not in seen:
-                seen.add(i)
-                stack.extend(self.nodes[i].inputs)
+                add(i)
+                extend(nodes[i].inputs)
         return seen
 
     def to_networkx(self) -> nx.DiGraph:

@@ -27,9 +27,15 @@ class IRRewriter:
         self.fired = 0
         self._depth = 0
         self.budget = budget if budget is not None else [1 << 30]   # rule firings left (shared, mutable)
+        self._last, self._last_inputs = None, ()
 
     def inputs(self, n):
-        return [self.graph.nodes[i] for i in n.inputs]
+        # The rules for one node each ask for its inputs (a million-node graph asks millions of times): the
+        # last answer is kept. Nodes are never edited in place and ids never rebound while rules run.
+        if n is not self._last:
+            nodes = self.graph.nodes
+            self._last, self._last_inputs = n, [nodes[i] for i in n.inputs]
+        return list(self._last_inputs)     # (a copy: a rule may edit the list it gets)
 
     def const_value(self, n):
         return n.value if n.op == "constant" else None

@@ -204,14 +204,20 @@ class Tensor:
         self.dtype = np.dtype(dtype)
         self.name = name
         if requires_grad is None:
-            requires_grad = any(x._requires_grad for x in self.inputs)
+            # (a loop, not any() over a generator: every op of a million-node build and sweep comes here)
+            requires_grad = False
+            for x in self.inputs:
+                if x._requires_grad:
+                    requires_grad = True
+                    break
         self._requires_grad = bool(requires_grad)
         self._value = value
         self.source = source or user_frame()
-        self.role = CONTEXT.role
-        self.scope = "/".join(CONTEXT.scopes)
-        self.adjoint_of = CONTEXT.adjoint_of
-        self.rule = CONTEXT.rule
+        ctx = CONTEXT
+        self.role = ctx.role
+        self.scope = "/".join(ctx.scopes) if ctx.scopes else ""
+        self.adjoint_of = ctx.adjoint_of
+        self.rule = ctx.rule
         self.meta = None         # free-form annotations, e.g. the reverse sweep that made a gradient
         # A parameter used in eager ops (define-by-run) gets its gradient here from loss.backward(), as a torch
         # leaf does; optimizers' step() reads it. Symbolic use (sg.grad, sg.compile) never touches it.

@@ -219,3 +219,24 @@ def test_every_rule_table_is_keyed_by_known_ops(rules):
     from staticgrad.ops.registry import REGISTRY
     assert set(rules) <= set(REGISTRY)
     assert all(callable(r) for table in rules.values() for r in table)
+
+
+def test_the_rewriter_hands_each_rule_its_own_list_of_a_nodes_inputs():
+    # (it keeps the last node's inputs for the next rule: one rule editing its list must not change another's)
+    x, y = sg.placeholder((3,), name="x"), sg.placeholder((3,), name="y")
+    g = graph_of(sg.exp(x * y), inputs=[x, y])
+    seen = []
+
+    def edits(rw, node):
+        got = rw.inputs(node)
+        seen.append([n.id for n in got])
+        got[0] = got[1]
+        return None
+
+    def reads(rw, node):
+        seen.append([n.id for n in rw.inputs(node)])
+        return None
+
+    new, fired, fixed = rewrite_graph(g, {"mul": [edits, reads]})
+    assert new is g and fired == 0 and fixed
+    assert seen == [[x.id, y.id], [x.id, y.id]]

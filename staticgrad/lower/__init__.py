@@ -154,7 +154,9 @@ def _numpy_program(concrete, order, params, shapes, memory_planning, loop=None):
     if loop is not None:
         loop.keep_stacked = loop.keep_stacked and memory_planning      # (off: fresh arrays, as written)
     writer = loop_writer(loop) if loop is not None else None
-    batched = batching.batch(concrete, order, dict(shapes)) if memory_planning else None
+    # (``shapes`` itself, not a copy of a million entries: batching only adds the sizes of the nodes it makes,
+    # under ids of their own)
+    batched = batching.batch(concrete, order, shapes) if memory_planning else None
     if batched is not None:
         memory = plan_memory(batched.graph, batched.order, batched.shapes, True, batched.fixed_out, batched.nbytes)
         program = generate(batched.graph, batched.order, params, concrete.inputs, memory, writer=writer)

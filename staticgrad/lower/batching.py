@@ -41,18 +41,41 @@ def batch(graph, order, shapes):
     nothing is."""
     found = _Groups(graph, order, shapes)
     found.find()
-    users = graph.consumers()
-    scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.eff.get, found.stackable,
-                        lambda n: batchable(n, shapes), users, found.pos)
+    users = _Readers(graph)
+    scans = chains.find(graph, order, shapes, found.escaping, found.row_of, found.where, found.stackable,
+                        found.batchable, users, found.pos)
     for links, _ in scans:
         for m in links:
             found.eff[m] = found.pos[links[0]]
     folds = sums.find(graph, order, shapes, found.escaping, found.row_of, found.stackable,
-                      lambda n: batchable(n, shapes), MIN_BATCH, users)
+                      found.batchable, MIN_BATCH, users)
     del users
     if not found.groups and not folds and not scans:
         return None
     return stacked.rewrite(graph, order, shapes, found.groups, found.buffers, found.row_of, folds, scans, found.pos)
+
+
+class _Readers:
+    """The readers of each value, as ``graph.consumers()`` lists them (one entry per use, in graph order),
+    in less memory: one reader, the usual case, is kept as its id, not in a list of its own (a plan of
+    millions of nodes would hold millions of lists). Only ``get(i, default)``, which gives a sequence."""
+
+    def __init__(self, graph):
+        one, more = {}, {}
+        for node in graph.nodes.values():
+            k = node.id
+            for i in node.inputs:
+                if i in more:
+                    more[i].append(k)
+                elif i in one:
+                    more[i] = [one.pop(i), k]
+                else:
+                    one[i] = k
+        self.one, self.more = one, more
+
+    def get(self, i, default=None):
+        reader = self.one.get(i)
+        return (reader,) if reader is not None else self.more.get(i, default)
 
 
 class _Groups:
@@ -62,13 +85,28 @@ class _Groups:
         self.nodes, self.order, self.shapes = graph.nodes, order, shapes
         self.pos = {i: k for k, i in enumerate(order)}
         self.escaping = _escaping(graph, order)
-        self.eff = dict(self.pos)   # where each value is computed: a batched op's members all move to its position
+        self.eff = {}               # where a batched op's members are computed: all at its position
         self.row_of = {}            # producer id -> (buffer key, row)
         self.buffers = {}           # buffer key -> [member ids in row order]
         self.groups = []            # (first member position, op, shape, template node, members, inputs)
 
+    def batchable(self, n):
+        return batchable(n, self.shapes)
+
+    def where(self, j):
+        """Where value ``j`` is computed (its own position unless batched: no copy of ``pos`` per node)."""
+        moved = self.eff.get(j)
+        return self.pos.get(j) if moved is None else moved
+
     def ready(self, i):
-        return max((self.eff[j] for j in self.nodes[i].inputs), default=-1)
+        eff, pos, last = self.eff, self.pos, -1
+        for j in self.nodes[i].inputs:      # (a loop, not max() over where(): asked of every node)
+            k = eff.get(j)
+            if k is None:
+                k = pos.get(j)
+            if k > last:
+                last = k
+        return last
 
     def stackable(self, i, shape, dtype):
         n = self.nodes[i]

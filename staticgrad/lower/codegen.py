@@ -66,12 +66,24 @@ class _Names:
 
     def __init__(self):
         self.namespace = {"np": np}
-        self._by_id = {}
+        self._by_id, self._bound = {}, {}
 
     def bind(self, prefix, value):
-        return self._named((prefix, id(value)), prefix, value)
+        # Keyed by id(value) in one dict per prefix: a plan binds one constant per batched row (millions in
+        # a huge one), and a (prefix, id) tuple per constant weighs more than the entry itself.
+        bound = self._bound.get(prefix)
+        if bound is None:
+            bound = self._bound[prefix] = {}
+        name = bound.get(id(value))
+        if name is None:
+            name = bound[id(value)] = f"{prefix}{len(self.namespace)}"
+            self.namespace[name] = value
+        return name
 
     def kernel(self, op, kernel):
+        name = self._by_id.get(("kernel", op, id(kernel)))     # (asked once per node: the prefix only once)
+        if name is not None:
+            return name
         return self._named(("kernel", op, id(kernel)), re.sub(r"[^a-z0-9_]", "_", op.lower()) + "_", kernel)
 
     def _named(self, key, prefix, value):
@@ -290,7 +302,7 @@ class Writer:
         memory, ns = self.memory, self.ns
         self.counter += 1
         var = self.names[i] = f"v{self.counter}"
-        own = (node.meta or {}).get("kernel")      # a plan's own kernel (a scan, a gather) owns its buffer
+        own = node.meta.get("kernel") if node.meta else None    # a plan's own kernel (a scan, a gather) owns its buffer
         slot = memory.slot.get(i) if memory is not None else None
         out = self.slots[slot] if slot is not None else None
         if memory is not None and i in memory.fixed_out and own is None:

@@ -183,7 +183,10 @@ class StepWriter(Writer):
             super().drop_dead(read, step)
         for j in dict.fromkeys(read):
             if self.last_use.get(j) == step and j not in self.keep:
-                register = self.registers.pop(self.names.get(j), None)
+                # (nor its name: a plan of millions of values would hold millions of names to the end)
+                name = self.names.pop(j, None)
+                self.temps.discard(name)
+                register = self.registers.pop(name, None)
                 if register is not None:
                     self.free.append(register)
 

@@ -54,6 +54,8 @@ def _lazy_values(graph, lowered):
     """Tell each loop runner that may keep a stacked value as checkpoints which of its values only
     other loops read, row by row (never an output, an update, or any other op)."""
     runners = {i: graph.nodes[i].meta["kernel"] for i, _ in lowered}
+    if not any(hasattr(runner, "can_be_lazy") for runner in runners.values()):
+        return          # (no map of every node's readers for a plan without such a loop)
     readers = graph.consumers()
     ends = set(graph.outputs) | {e for _, e in graph.updates}
     for i, runner in runners.items():

@@ -32,8 +32,13 @@ DEFAULT = ["constant_fold", "prune", "simplify", "stabilize", "constant_fold", "
 # Passes whose result holds nothing more for them to do (CSE merges in graph order, each node's inputs
 # already merged; DCE keeps exactly what the outputs need): run again on the graph they left, unchanged
 # since, they would change nothing, so the pipeline skips them (the second CSE above, when the simplify
-# between found nothing: four seconds of a million-op chain's compile).
+# between found nothing: four seconds of a million-op chain's compile). Any of ours is deterministic: one
+# that changed nothing is skipped too until the graph changes (the third simplify above, when the second
+# left the graph as it found it and the passes between changed nothing).
 IDEMPOTENT = (cse.run, dce.run)
+
+
+_OURS = frozenset(PASSES.values())
 
 
 def resolve(passes) -> list:
@@ -99,6 +104,21 @@ def finish_rows(rows):
     return rows
 
 
+def _changes(before, after) -> dict:
+    """Ids of the nodes a pass removed, added and gave another op, for drawing what it did (sg.diff_dot).
+
+    Read off the two graphs' node dicts while both are alive anyway (no {id: op} map of each graph: two
+    of those weigh hundreds of megabytes beside a million-node graph)."""
+    return {
+        "removed_ids": sorted(i for i in before if i not in after),
+        "added_ids": sorted(i for i in after if i not in before),
+        "replaced_ids": sorted(i for i, n in after.items() if i in before and before[i].op != n.op),
+    }
+
+
+_NO_CHANGES = {"removed_ids": [], "added_ids": [], "replaced_ids": []}
+
+
 def run_pipeline(graph, passes, lazy_costs=False):
     """Run ``passes`` in order; returns the final graph and one ledger row per pass.
 
@@ -107,11 +127,10 @@ def run_pipeline(graph, passes, lazy_costs=False):
     rows = []
     previous = None
     done = set()           # idempotent passes that have run since the graph last changed
-    ops_after = {i: n.op for i, n in graph.nodes.items()}
-    after = Counter(ops_after.values())
+    after = Counter(n.op for n in graph.nodes.values())
     for fn in resolve(passes):
-        # The previous pass's result is this one's input: its op map is already known.
-        before, ops_before, n_before = after, ops_after, len(graph.nodes)
+        # The previous pass's result is this one's input: its op counts are already known.
+        before, n_before = after, len(graph.nodes)
         start = time.perf_counter()
         result = (graph, PassStats(pass_name(fn), changed=0)) if fn in done else fn(graph)
         before_graph = graph
@@ -121,16 +140,15 @@ def run_pipeline(graph, passes, lazy_costs=False):
             if inside and stats is not None:
                 stats.changed += inside
         seconds = time.perf_counter() - start
-        # (one of ours that changed nothing returns its input: a big graph's op map is not made again)
+        # (one of ours that changed nothing returns its input: a big graph's ops are not counted again)
         unchanged = graph is before_graph and stats is not None and not stats.changed
+        changes = _NO_CHANGES if unchanged else _changes(before_graph.nodes, graph.nodes)
         del before_graph, result       # (not alive while the next pass builds a third graph)
         if not unchanged:
             done.clear()
-        if fn in IDEMPOTENT:
+            after = Counter(n.op for n in graph.nodes.values())
+        if fn in IDEMPOTENT or (unchanged and fn in _OURS):
             done.add(fn)
-        if not unchanged:
-            ops_after = {i: n.op for i, n in graph.nodes.items()}
-            after = Counter(ops_after.values())
         if previous is None or (stats is not None and stats.changed) or after != before:
             previous = _LazyCosts(graph)
         rows.append({
@@ -145,10 +163,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
             "details": dict(stats.details) if stats is not None else {},
             "costs": previous,
             # node ids, for drawing what the pass did (sg.diff_dot); not part of the printed table
-            "removed_ids": [] if unchanged else sorted(i for i in ops_before if i not in ops_after),
-            "added_ids": [] if unchanged else sorted(i for i in ops_after if i not in ops_before),
-            "replaced_ids": [] if unchanged else sorted(i for i, op in ops_after.items()
-                                                        if ops_before.get(i, op) != op),
+            **{key: list(ids) for key, ids in changes.items()},
         })
     return graph, (rows if lazy_costs else finish_rows(rows))
 

@@ -107,9 +107,14 @@ def run(graph):
         nonlocal folded
         if node.op in LEAVES or node.dtype.kind == "O":
             return node.id          # (a loop's values are made by its plan's runner, never folded here)
-        inputs = [new.nodes[i] for i in node.inputs]
-        if node.op not in shape_readers and not any(x.op in foldable for x in inputs):
-            return node.id          # the common case: nothing constant to fold here
+        nodes = new.nodes
+        if node.op not in shape_readers:
+            for i in node.inputs:
+                if nodes[i].op in foldable:
+                    break
+            else:
+                return node.id      # the common case: nothing constant to fold here
+        inputs = [nodes[i] for i in node.inputs]
         value = evaluate(node, inputs)
         if value is not None:
             new.add(node.copy(op="constant", inputs=[], attrs={}, value=value, shape=value.shape,

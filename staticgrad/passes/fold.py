@@ -19,6 +19,11 @@ def run(graph):
     (see :func:`share_patches`).
     """
     graph, masked = rewrite_graph(graph, {"where": [relu_grad_before_pooling]})[:2]
+    # (most graphs hold no convolution: then no map of every node's readers, a million lists for a big one)
+    nodes = graph.nodes
+    if not any(n.op == "add" and any(nodes[j].op == "conv2d" for j in n.inputs) for n in nodes.values()):
+        details = {"max_pool2d_grad masked": masked} if masked else {}
+        return graph, PassStats("fold", changed=masked, details=details)
     users = graph.consumers()
     kept = {i for i in graph.outputs} | {i for pair in graph.updates for i in pair}
     folds = {}          # id of the node to replace -> (op, inputs, conv node)

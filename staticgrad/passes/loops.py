@@ -1,8 +1,10 @@
 """Loops: one loop where two were made, no work for values nobody reads, and loop-invariant code motion."""
 from __future__ import annotations
 
+import operator
+
 from ..graph import Graph, Node
-from ..ops.registry import COMMUTATIVE, REGISTRY
+from ..ops.registry import COMMUTATIVE, HOLDS_BODIES, REGISTRY
 from ..tensor import VARIABLES
 from . import cse, loop_motion
 from .stats import PassStats
@@ -185,11 +187,19 @@ def _node_key(node, inputs):
     return (node.op, *inputs, cse.attrs_key(node.attrs))
 
 
+_OP = operator.attrgetter("op")
+
+
 def into_bodies(graph, fn):
     """Run the pass ``fn`` inside every loop body of ``graph`` (and the bodies within them). Returns
     (graph, how many nodes it changed in them)."""
     changed, replaced = 0, {}
+    if HOLDS_BODIES.isdisjoint(map(_OP, graph.nodes.values())):
+        return graph, 0         # (nearly every graph: one scan in C)
     for i, node in graph.nodes.items():
+        # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
+        if node.op not in HOLDS_BODIES:
+            continue
         opdef = REGISTRY.get(node.op)
         if opdef is None or not opdef.bodies:
             continue

@@ -244,3 +244,26 @@ def test_an_idempotent_pass_is_skipped_on_the_graph_it_left_and_run_again_once_i
     assert rows[2]["changed"] == 0 and rows[2]["nodes_after"] == rows[2]["nodes_before"]
     again, _ = passes.run_pipeline(new, ["cse", "simplify", "dce"])
     assert again is new
+
+
+def test_a_pass_of_ours_that_changed_nothing_is_skipped_until_the_graph_changes(rng, monkeypatch):
+    x, t, loss, grads = mlp_step(rng)
+    from staticgrad.graph import Graph
+    graph, _ = passes.run_pipeline(Graph.from_tensors([loss, *grads], inputs=[x, t]), DEFAULT)
+    calls = []
+
+    def counted(g):
+        calls.append(g)
+        return passes.simplify.run(g)
+    monkeypatch.setitem(passes.PASSES, "simplify", counted)
+    monkeypatch.setattr(passes, "_OURS", frozenset(passes.PASSES.values()))
+    # An optimized graph: simplify finds nothing; the second is skipped, the third follows a change.
+    def grows(g):          # a user's pass: adds a node nothing reads (so DCE has work) and is never skipped
+        from staticgrad.graph import Node
+        new = Graph(dict(g.nodes), g.outputs, g.updates, g.inputs)
+        new.add(Node("constant", (), {}, (), np.float64, value=np.float64(2.0)))
+        return new
+    _, rows = passes.run_pipeline(graph, ["simplify", "simplify", grows, grows, "simplify"])
+    assert len(calls) == 2 and calls[0] is graph and calls[1] is not graph
+    assert [r["changed"] for r in rows] == [0, 0, None, None, 0]
+    assert rows[3]["nodes_after"] == rows[3]["nodes_before"] + 1
