@@ -20,8 +20,7 @@ def run(graph):
     """
     graph, masked = rewrite_graph(graph, {"where": [relu_grad_before_pooling]})[:2]
     # (most graphs hold no convolution: then no map of every node's readers, a million lists for a big one)
-    nodes = graph.nodes
-    if not any(n.op == "add" and any(nodes[j].op == "conv2d" for j in n.inputs) for n in nodes.values()):
+    if not any(n.op.startswith("conv2d") for n in graph.nodes.values()):
         details = {"max_pool2d_grad masked": masked} if masked else {}
         return graph, PassStats("fold", changed=masked, details=details)
     users = graph.consumers()

@@ -118,7 +118,11 @@ def _depends(bg, roots):
 def drop_dead(graph, i):
     s = _Scan(graph, i)
     outs = s.bg.outputs
-    kept_y = [k for k in range(s.C, len(outs)) if k in s.readers]
+    kept_y, stacked = [], set()
+    for k in range(s.C, len(outs)):
+        if k in s.readers and outs[k] not in stacked:      # (one stack of a body value read twice)
+            kept_y.append(k)
+            stacked.add(outs[k])
     kept_c = {c for c in range(s.C) if c in s.readers}
     while True:
         needed = s.bg._needed([outs[c] for c in kept_c] + [outs[k] for k in kept_y])

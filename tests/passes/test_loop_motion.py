@@ -132,3 +132,26 @@ def test_any_other_first_carry_keeps_the_stack_of_carries(reverse):
     X, W, U = R_SUNK.uniform(-1, 1, (5, 3, 2)), R_SUNK.uniform(-1, 1, (2, 4)), R_SUNK.uniform(-1, 1, (4, 4))
     check(_sunk_rnn(reverse, zero=False), X, W, U)
     assert "concatenate" in _sunk_ops(_sunk_rnn(reverse, zero=False), X, W, U)
+
+
+# ------------------------------------------------------------------ one stack per body value
+def test_a_body_value_two_readers_want_stacked_is_stacked_once():
+    X = sg.placeholder((None, 4, 3), name="X")
+    Wx = sg.parameter(R.normal(size=(3, 5)), name="Wx")
+    Wh = sg.parameter(R.normal(size=(5, 5)), name="Wh")
+
+    def step(carry, x):
+        h, total = carry
+        h = sg.tanh(x @ Wx + h @ Wh)
+        return (h, total + sg.sum(h * h)), None     # (h read by the loss and, saved, by tanh's VJP)
+    (_, total), _ = sg.scan(step, (sg.zeros_like(X[0] @ Wx), sg.constant(0.0)), X)
+    fn = sg.compile([total] + sg.grad(total, [Wx, Wh]), inputs=[X])
+    for node in fn.ir.nodes.values():
+        if node.op == "scan":
+            body = node.attrs["body"].graph
+            stacked = body.outputs[node.attrs["n_carry"]:]
+            assert len(stacked) == len(set(stacked)), node
+    want = sg.compile([total] + sg.grad(total, [Wx, Wh]), inputs=[X], optimize=False)
+    feed = R.normal(size=(6, 4, 3))
+    for got, ref in zip(fn(feed), want(feed)):
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
