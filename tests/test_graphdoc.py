@@ -217,6 +217,28 @@ def _at(doc, path):
     return nodes[path[-1]]
 
 
+def edit_each_node(path, tmp_path, feeds, wheres, ops=None):
+    """Load ``path`` once per edit of each node at ``wheres`` (of ``ops``, if given) and call what loads on
+    ``feeds``; any exception other than a LoadError fails the caller. Returns (refused, ran)."""
+    doc = json.loads(_members(path)["graph.json"])
+    refused = ran = 0
+    for where in wheres(doc["function"]["nodes"]):
+        if ops is not None and _at(doc, where)["op"] not in ops:
+            continue
+        for edit in _edits(_at(doc, where)):
+            def tampered(doc, where=where, edit=edit):
+                edit(_at(doc, where))
+            try:
+                fn = sgio.load(_tamper(shutil.copy(path, tmp_path / "copy.npz"), tampered))
+            except LoadError:
+                refused += 1
+                continue
+            with np.errstate(all="ignore"):
+                fn(*feeds)                           # any exception here fails the test
+            ran += 1
+    return refused, ran
+
+
 def test_a_loop_output_stating_no_shape_or_dtype_takes_its_loop_value(tmp_path, rng):
     # (as a pass makes them)
     def bare(doc):
@@ -235,24 +257,8 @@ def test_a_loop_output_stating_no_shape_or_dtype_takes_its_loop_value(tmp_path, 
     (_nested_file, [(3, 2, 3)], {"scan"}),
 ], ids=["rnn body", "scan in a body"])
 def test_every_edit_of_a_node_inside_a_body_is_refused_at_load_or_runs(tmp_path, rng, make, feeds, ops):
-    path = make(tmp_path)
     feeds = [rng.standard_normal(shape) for shape in feeds]
-    doc = json.loads(_members(path)["graph.json"])
-    refused = ran = 0
-    for where in _inside_bodies(doc["function"]["nodes"]):
-        if ops is not None and _at(doc, where)["op"] not in ops:
-            continue
-        for edit in _edits(_at(doc, where)):
-            def tampered(doc, where=where, edit=edit):
-                edit(_at(doc, where))
-            try:
-                fn = sgio.load(_tamper(shutil.copy(path, tmp_path / "copy.npz"), tampered))
-            except LoadError:
-                refused += 1
-                continue
-            with np.errstate(all="ignore"):
-                fn(*feeds)                           # any exception here fails the test
-            ran += 1
+    refused, ran = edit_each_node(make(tmp_path), tmp_path, feeds, _inside_bodies, ops)
     assert refused > 10 and ran > 0                  # (reversing the inputs of h @ w + x is an add still)
 
 
