@@ -144,7 +144,8 @@ def _weight_spec(inputs, groups):
 def _weight_kernel(cols, g, groups, out=None, scratch=None):
     # g's zero columns meet the patches' extra ones, and inf * 0 is nan: with an inf or nan in the input
     # the extra columns are cropped first. The first and the last kernel offsets' patches cover the whole
-    # padded input between them (stride 1), so their sums say whether it is finite.
+    # padded input between them (stride 1, and the fold pass shares patches only where their runs meet:
+    # passes/fold._corners_cover), so their sums say whether it is finite.
     if not (_finite(cols[:, 0, 0]) and _finite(cols[:, -1, -1])):
         cols = np.ascontiguousarray(cols[..., :g.shape[3]])
     return weight_product(cols, g, groups, out, scratch)

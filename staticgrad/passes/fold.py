@@ -94,13 +94,21 @@ def _patch_pairs(graph):
         a = node.attrs
         if node.op in _FORWARD and a["stride"] == (1, 1):
             w = graph.nodes[node.inputs[1]].shape
-            if None not in w + node.shape[3:] and by_rows((1, 1), w[1] * w[2] * w[3], w[0] // a["groups"]):
+            if None not in w + node.shape[2:] and by_rows((1, 1), w[1] * w[2] * w[3], w[0] // a["groups"]) \
+                    and _corners_cover(w[2], a["dilation"][0], node.shape[2]):
                 forward.setdefault((node.inputs[0], a["padding"], a["dilation"], a["groups"], w[2:]), node)
         elif node.op == "conv2d_weight" and len(node.inputs) == 2 and a["stride"] == (1, 1):
             conv = forward.get((node.inputs[0], a["padding"], a["dilation"], a["groups"], tuple(a["kernel"])))
             if conv is not None and node.dtype == conv.dtype:
                 pairs[node.id] = conv.id
     return pairs
+
+
+def _corners_cover(kh, dh, oh):
+    """Whether the patches of the first and the last kernel offsets together cover the whole padded input
+    (their runs along the rows start (kh - 1) * dh rows apart and are OH rows long): what
+    conv2d_weight_from_patches checks for an inf or a NaN before its product."""
+    return (kh - 1) * dh < oh
 
 
 def relu_grad_before_pooling(rw, node):

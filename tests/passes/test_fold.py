@@ -138,3 +138,18 @@ def test_an_infinite_input_gives_the_weight_gradient_of_the_plain_kernels():
     (got,), (want,) = f(X), sg.compile(sg.grad(loss, [w]), [x], optimize=False)(X)
     assert np.isinf(got).any() and not np.isnan(got).any() and np.array_equal(got, want)
     assert f.report()["ops"].get("conv2d_weight_from_patches") == 1
+
+
+@pytest.mark.parametrize("size, dilation", [(3, 1), (7, 3)])
+def test_an_image_the_corner_patches_do_not_cover_keeps_its_own_patches(size, dilation):
+    # (3 rows and a 3x3 kernel: one output row; the two corner offsets' patches miss the middle row, so an
+    # inf there would meet g's zero columns unseen)
+    x = sg.placeholder((None, 8, size, 9), dtype="float64", name="x")
+    w, _ = _params("float64")
+    y = sg.conv2d(x, w, dilation=dilation)
+    loss = sg.sum(y * y)
+    X = RNG.normal(size=(2, 8, size, 9))
+    X[1, 3, size // 2, 8] = np.inf
+    with np.errstate(all="ignore"):
+        f = _compare(sg.grad(loss, [w]), x, X)
+    assert "conv2d_patches" not in f.report()["ops"]
