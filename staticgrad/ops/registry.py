@@ -39,9 +39,6 @@ IDENTITY = 1 << 13      # returns its input unchanged at run time
 BACKENDS = ("scalar", "numba")
 
 REGISTRY: dict[str, OpDef] = {}
-# Names of the ops ever defined with bodies (loops, branches): passes look for them in every graph, by name.
-# (Only added to: a name whose op is gone or redefined without bodies is checked against REGISTRY.)
-HOLDS_BODIES: set = set()
 
 # Set by staticgrad.eager: called as hook(opdef, inputs, attrs) when any input is an eager tensor
 # (one whose class says ``_eager = True``).
@@ -183,8 +180,6 @@ def defop(name, kernel, infer, vjp=None, flags=0, doc="", **facts) -> OpDef:
             raise TypeError(f"defop({name!r}): unknown fact {key!r}")
         setattr(opdef, key, dict(opdef.unsupported, **value) if key == "unsupported" else value)
     REGISTRY[name] = opdef
-    if opdef.bodies:
-        HOLDS_BODIES.add(name)
     return opdef
 
 

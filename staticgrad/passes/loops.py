@@ -4,7 +4,7 @@ from __future__ import annotations
 import operator
 
 from ..graph import Graph, Node
-from ..ops.registry import COMMUTATIVE, HOLDS_BODIES, REGISTRY
+from ..ops.registry import COMMUTATIVE, REGISTRY
 from ..tensor import VARIABLES
 from . import cse, loop_motion
 from .stats import PassStats
@@ -194,15 +194,14 @@ def into_bodies(graph, fn):
     """Run the pass ``fn`` inside every loop body of ``graph`` (and the bodies within them). Returns
     (graph, how many nodes it changed in them)."""
     changed, replaced = 0, {}
-    if HOLDS_BODIES.isdisjoint(map(_OP, graph.nodes.values())):
+    # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
+    holders = {name for name, opdef in REGISTRY.items() if opdef.bodies}
+    if holders.isdisjoint(map(_OP, graph.nodes.values())):
         return graph, 0         # (nearly every graph: one scan in C)
     for i, node in graph.nodes.items():
-        # (asked after every pass of every compile: one set lookup per node, not a registry lookup)
-        if node.op not in HOLDS_BODIES:
+        if node.op not in holders:
             continue
-        opdef = REGISTRY.get(node.op)
-        if opdef is None or not opdef.bodies:
-            continue
+        opdef = REGISTRY[node.op]
         attrs = dict(node.attrs)
         for attr in opdef.bodies:
             body = attrs[attr]

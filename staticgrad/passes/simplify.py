@@ -212,13 +212,11 @@ def scalar_broadcast(rw, node):
     """An elementwise op reading broadcast_to(c) of a scalar-shaped c reads c itself (numpy broadcasts),
     when another operand is known to have the broadcast's shape at run time."""
     inputs = rw.inputs(node)
-    if not any(x.op in _BROADCASTS for x in inputs):
-        return None             # (what nearly every node meets: one set lookup per operand)
     changed = False
     for k, x in enumerate(inputs):
         if node.op == "pow" and k == 1:
             continue            # a broadcast exponent is read per element, one number takes numpy's shortcuts
-        if x.op in _BROADCASTS:
+        if is_a(x, BROADCAST):
             src = rw.inputs(x)[0]
             others = [y for j, y in enumerate(inputs) if j != k]
             if all(d == 1 for d in src.shape) and any(_same_runtime_shape(rw, y, x) for y in others):
@@ -260,8 +258,6 @@ def layout_of_broadcast(rw, node):
         src = rw.make("reshape", [src], {"shape": ()})
     return rw.make("broadcast_to", [src], {"shape": tuple(node.shape)})
 
-
-_BROADCASTS = frozenset(name for name, op in REGISTRY.items() if op.has(BROADCAST))
 
 RULES = {
     "add": [add_zero, scalar_broadcast],
