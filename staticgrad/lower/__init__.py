@@ -95,9 +95,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     again = {}
     if backend.recompute_draws and backend.memory_planning and loop is None:
         concrete, order, sizes, again = recompute.choose(concrete, order, sizes)
-    # (with the numba backend a body stays one program per step, whose elementwise regions are fused loops)
     lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
-        body, feed, backend, loop=loop if backend.name != "numba" else None))
+        body, feed, backend, loop=loop))
     program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop)
     _show_bodies(program, concrete, lowered)
     _count_bodies(program, lowered)
@@ -116,14 +115,19 @@ def _show_bodies(program, graph, lowered):
 
 def _count_bodies(program, lowered):
     """Add what the loops' bodies keep from call to call (their workspaces, stacked buffers) to the plan's
-    own ``memory.workspace_bytes``."""
+    own ``memory.workspace_bytes``, and what lowering them took (the numba backend's compiling) and the
+    regions they fused to the plan's ``seconds`` and ``stats``."""
     memory = getattr(program, "memory", None)
+    bodies = [body for _, programs in lowered for body in programs.values()]
+    program.seconds += sum(getattr(body, "seconds", 0.0) for body in bodies)
+    fused = sum(getattr(body, "stats", {}).get("fused_regions", 0) for body in bodies)
+    if fused:
+        program.stats = dict(program.stats, fused_regions=program.stats.get("fused_regions", 0) + fused)
     if memory is None:
         return
-    for _, programs in lowered:
-        for body in programs.values():
-            held = getattr(getattr(body, "memory", None), "workspace_bytes", 0)
-            memory.workspace_bytes += held
+    for body in bodies:
+        held = getattr(getattr(body, "memory", None), "workspace_bytes", 0)
+        memory.workspace_bytes += held
 
 
 def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
@@ -136,14 +140,15 @@ def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
         return program
     program = _numpy_program(concrete, order, params, sizes, backend.memory_planning, loop)
     program.seconds = 0.0
-    if loop is not None:
-        return program          # (a loop's program: no scalar code or fused kernels around its steps)
-    if kind == "scalar" or (backend.scalar and feeds is not None and scalarize.eligible(concrete, order, sizes)):
+    if loop is None and (kind == "scalar" or (backend.scalar and feeds is not None and
+                                              scalarize.eligible(concrete, order, sizes))):
         program = _maybe_scalar(concrete, order, params, sizes, program, None if kind == "scalar" else feeds)
     if backend.name == "numba" and program.kind == "numpy":
-        # (a plan that runs as scalar code never needs the interpreter, nor its compile)
-        from .numba_backend import fused_program
-        fused, seconds = fused_program(concrete, order, params, concrete.inputs, sizes)
+        # (a plan that runs as scalar code never needs a compiled loop, nor its compile; a loop's body
+        # keeps its loop in its source, around the compiled regions)
+        from .numba_plan import fused_program
+        writer = loop_writer(loop) if loop is not None else None
+        fused, seconds = fused_program(concrete, order, params, concrete.inputs, sizes, writer)
         if fused is not None:               # else no region gains from a kernel: the numpy plan runs
             fused.shapes, program = sizes, fused
         program.seconds = seconds

@@ -285,6 +285,9 @@ class Writer:
         if i not in self.region_at:
             return                       # computed inside its region's kernel
         kernel, region = self.region_at[i]
+        if getattr(kernel, "writes_outputs", False):
+            self.region_into(step, i, kernel, region)
+            return
         outs = [self.fresh(j) for j in region.outputs]
         args = [self.names[j] for j in region.inputs]
         ops = ", ".join(dict.fromkeys(self.nodes[j].op for j in region.nodes))
@@ -292,6 +295,35 @@ class Writer:
         self.multi(i, outs, name, args, lambda: f"    {', '.join(outs)}, = {name}({', '.join(args)})"
                                                 f"  # fused loop over {len(region.nodes)} nodes: {ops}")
         self.drop_dead(region.inputs, step)
+
+    def region_into(self, step, i, kernel, region):
+        """A region whose compiled loop writes its outputs into the arrays it is given (the last
+        arguments): a buffer of its own, a workspace slot, or an array made here."""
+        args = []
+        for j, how in zip(region.inputs, kernel.passing):
+            name = self.names[j]
+            if how == "literal":
+                name = self.ns.bind("c", kernel.literal(self.nodes[j]))
+            args.append({"float": f"float({name})", "item": f"float({name}.item())"}.get(how, name))
+        outs = [self.destination(o, kernel) for o in region.outputs]
+        ops = ", ".join(dict.fromkeys(self.nodes[j].op for j in region.nodes))
+        name = self.ns.bind("fused", kernel.run)
+        self.emit(f"    {name}({', '.join(args + outs)})  # fused loop over {len(region.nodes)} nodes: {ops}", i)
+        self.drop_dead(region.inputs, step)
+
+    def destination(self, o, kernel) -> str:
+        """The name of the array a compiled region writes its output ``o`` into (then ``o``'s name)."""
+        buffer = kernel.buffers.get(o)
+        if buffer is not None:
+            name = self.ns.bind("w", buffer)
+        elif self.memory is not None and o in self.memory.slot:
+            name = self.slots[self.memory.slot[o]]
+        else:
+            shape, dtype = kernel.outputs[o]
+            name = self.fresh(o)
+            self.emit(f"    {name} = np.empty({shape!r}, {self.ns.bind('dtype', np.dtype(dtype))})", o)
+        self.names[o] = name
+        return name
 
     def call(self, step, i, node):
         self.emit(self.call_line(i, node, self.call_parts(i, node)), i)

@@ -46,7 +46,7 @@ def opcodes(templates) -> dict:
     return {t: FIRST_OPCODE + k for k, t in enumerate(sorted(templates))}
 
 
-def _fusible(node, shapes, nodes):
+def _fusible(node, shapes, nodes, broadcast=False):
     if node.dtype not in _RESULT_DTYPES or template(nodes, shapes, node) is None:
         return False
     shape = shapes[node.id]
@@ -54,26 +54,34 @@ def _fusible(node, shapes, nodes):
         return False
     for i in node.inputs:
         s = shapes[i]
-        if tuple(s) != tuple(shape) and math.prod(s) != 1:
-            return False       # only same-shaped operands or scalars: one flat index serves all
+        if tuple(s) != tuple(shape) and math.prod(s) != 1 and not (broadcast and broadcasts(s, shape)):
+            return False       # same-shaped operands or scalars: one flat index serves all
         if nodes[i].dtype.kind not in "fb" or nodes[i].dtype.itemsize > 8:
             return False       # a float64 holds each of their values exactly
     return True
 
 
-def find_regions(graph, order, shapes):
+def broadcasts(shape, to) -> bool:
+    """Whether numpy broadcasts an operand of ``shape`` to ``to`` without growing ``to``."""
+    offset = len(to) - len(shape)
+    return offset >= 0 and all(n in (1, to[offset + d]) for d, n in enumerate(shape))
+
+
+def find_regions(graph, order, shapes, broadcast=False, smallest=2):
     """Regions of fusible nodes with equal shapes, and the schedule that keeps each region contiguous.
 
     A node that cannot be fused does not end the current region unless a later member needs its value:
     it is moved to just after the region (a forward loss reduction, say, then no longer splits the
     forward from the backward loop, and the values saved for the backward never leave registers).
-    Returns (regions of at least two nodes, new order).
+    ``broadcast``: operands that numpy broadcasts to a node's shape may join it (a loop indexing each
+    axis reads them; the interpreter's flat index does not). Returns (regions of at least ``smallest``
+    nodes, new order).
     """
     nodes = graph.nodes
     found = _Regions()
     for i in order:
         node = nodes[i]
-        fusible = node.op not in LEAVES and _fusible(node, shapes, nodes)
+        fusible = node.op not in LEAVES and _fusible(node, shapes, nodes, broadcast)
         if node.op in LEAVES:
             found.new_order.append(i)
         elif fusible and not found.needs_deferred(node):
@@ -87,7 +95,7 @@ def find_regions(graph, order, shapes):
             else:
                 found.new_order.append(i)
     found.close()
-    regions = [r for r in found.regions if len(r.nodes) >= 2]
+    regions = [r for r in found.regions if len(r.nodes) >= smallest]
     _connect(graph, regions)
     return regions, found.new_order
 

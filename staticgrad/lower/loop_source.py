@@ -85,8 +85,8 @@ class LoopWriter(Writer):
         than an (8, 64) one. The buffer is filled once before the loop (the same numbers, the same bits)."""
         spread, buffers = {}, {}
         for i, node in self.graph.nodes.items():
-            if node.op not in _SPREAD or any(s is None for s in node.shape):
-                continue
+            if node.op not in _SPREAD or any(s is None for s in node.shape) or i in self.region_end:
+                continue        # (a region's compiled loop reads a broadcast operand as it is)
             for j in node.inputs:
                 read = self.nodes[j]
                 if j not in reads or not read.shape or tuple(read.shape) == tuple(node.shape) or \
@@ -112,6 +112,16 @@ class LoopWriter(Writer):
             self.row_used.add(call.out)
             self.written.add(i)
         return call
+
+    def destination(self, o, kernel):
+        """A stacked output a compiled region makes is written straight into its row."""
+        stack = self.direct.get(o)
+        if stack is None or o in self.written:
+            return super().destination(o, kernel)
+        self.names[o] = row = self.rows[stack]
+        self.row_used.add(row)
+        self.written.add(o)
+        return row
 
     def finish(self):
         spec = self.loop

@@ -1,0 +1,99 @@
+"""``backend="numba"``: which elementwise regions of a plan run compiled, and how, and the program for them.
+
+A region becomes one call of its own compiled loop (``numba_regions``: the arrays passed as they are,
+results written into their buffers) when it has up to ``numba_regions.MAX_NODES`` nodes and gains from
+it: a tanh, sin or cos (numpy's float64 ones are libm's scalar calls), or two nodes or more (one pass
+and one call instead of one per node). A longer region is left to the interpreter (``numba_backend``),
+which compiles nothing per region, where that gains; the rest of the plan stays numpy calls. A loop's
+body (``writer``: the loop is in its source) gets the same treatment as a plan.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from . import fuse, region_source
+from .interpret import INTERPRET_ABOVE, generate
+from .memory import plan_memory, storage_bases
+from .numba_backend import Kernel, interpreter, worth_fusing
+from .numba_regions import MAX_NODES, RegionKernel
+
+
+def fused_program(graph, order, params, inputs, shapes, writer=None):
+    """The plan's program with its elementwise regions computed by compiled loops.
+
+    Returns (program, seconds spent: finding the regions, compiling or loading their loops); the program
+    is None when no region gains from one. Regions move nodes, so the workspace is planned again over the
+    new order (the numpy plan's does not fit).
+    """
+    start = time.perf_counter()
+    own = len(order) <= INTERPRET_ABOVE      # (a huge plan runs as steps: their kernels return arrays)
+    regions, order = fuse.find_regions(graph, order, shapes, broadcast=own, smallest=1 if own else 2)
+    chosen, interpreted, order = _choose(graph, regions, order, shapes, own)
+    if not chosen and not interpreted:
+        return None, time.perf_counter() - start
+    fused = [(RegionKernel(graph, r, shapes), r) for r in chosen]
+    if interpreted:
+        templates = {id(r): {fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes}
+                     for r in interpreted}
+        machine = interpreter(frozenset().union(*templates.values()))
+        fused += [(Kernel(fuse.lower(graph, r, shapes, machine.opcode), machine.run), r) for r in interpreted]
+    memory = _plan(graph, order, shapes, fused)
+    program = generate(graph, order, params, inputs, memory, fused=fused, writer=writer)
+    program.kind, program.stats = "numba", {"fused_regions": len(fused)}
+    return program, time.perf_counter() - start
+
+
+def _choose(graph, regions, order, shapes, own):
+    """(regions for a loop of their own, regions for the interpreter, the order): a region too long
+    for a loop of its own is found again as the interpreter's regions (operands of its shape or scalars)."""
+    nodes = graph.nodes
+    chosen, interpreted = [], []
+    for r in regions:
+        if not r.outputs:
+            continue
+        templates = {fuse.template(nodes, shapes, nodes[i]) for i in r.nodes}
+        if own and len(r.nodes) <= MAX_NODES:
+            if len(r.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates):
+                chosen.append(r)
+            continue
+        if own:
+            parts, part_order = fuse.find_regions(graph, r.nodes, shapes)
+            at = order.index(r.nodes[0])
+            order = order[:at] + part_order + order[at + len(r.nodes):]
+        else:
+            parts = [r]
+        for part in parts:
+            used = {fuse.template(nodes, shapes, nodes[i]) for i in part.nodes}
+            if part.outputs and worth_fusing(part, shapes, used):
+                interpreted.append(part)
+    return chosen, interpreted, order
+
+
+def _plan(graph, order, shapes, fused):
+    """The workspace over the new order. A region's inner values take no memory (they never leave the
+    loop), nor does an interpreter's output (its kernel returns fresh arrays); a loop's outputs take
+    workspace slots, except one that would share memory its loop still reads through a view (or any
+    input, for a loop that may run twice): that one gets a buffer of its own."""
+    inside = {}
+    for kernel, r in fused:
+        own = getattr(kernel, "writes_outputs", False)
+        inside.update({i: None for i in r.nodes if not (own and i in r.outputs)})
+    memory = plan_memory(graph, order, shapes, True, inside)
+    base = storage_bases(graph, order)
+    for kernel, r in fused:
+        if not getattr(kernel, "writes_outputs", False):
+            continue
+        twice = region_source.rereads(kernel.templates)
+        held = {memory.slot.get(base[j]) for j in r.inputs if twice or base[j] != j} - {None}
+        for o in r.outputs:
+            slot = memory.slot.get(o)
+            if slot is not None and slot in held:
+                del memory.slot[o]
+                memory.handoff = {k: s for k, s in memory.handoff.items() if s != slot}
+                shape, dtype = kernel.outputs[o]
+                kernel.buffers[o] = np.empty(shape, dtype)
+                memory.workspace_bytes += math.prod(shape) * np.dtype(dtype).itemsize
+    return memory
