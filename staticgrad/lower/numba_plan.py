@@ -1,8 +1,8 @@
 """``backend="numba"``: which elementwise regions of a plan run compiled, and how, and the program for them.
 
 A region becomes one call of its own compiled loop (``numba_regions``: the arrays passed as they are,
-results written into their buffers) when it has up to ``numba_regions.MAX_NODES`` nodes and gains from
-it: a tanh, sin or cos (numpy's float64 ones are libm's scalar calls), or two nodes or more (one pass
+results written into their buffers) when compiling it is cheap enough (``weight``) and it gains from it
+(``own_loop_gains``): a tanh (numpy's float64 one is libm's scalar call), or two nodes or more (one pass
 and one call instead of one per node). A longer region is left to the interpreter (``numba_backend``),
 which compiles nothing per region, where that gains; the rest of the plan stays numpy calls. A loop's
 body (``writer``: the loop is in its source) gets the same treatment as a plan.
@@ -18,7 +18,11 @@ from . import fuse, region_source
 from .interpret import INTERPRET_ABOVE, generate
 from .memory import plan_memory, storage_bases
 from .numba_backend import Kernel, interpreter, worth_fusing
-from .numba_regions import MAX_NODES, RegionKernel
+from .numba_regions import RegionKernel
+
+MAX_WEIGHT = 64         # a region's own loop is compiled up to this weight (about a second, none cached)
+POLYNOMIAL_WEIGHT = 16
+FEW = 1024              # numbers: up to this many, one call of a region's own loop beats the interpreter's
 
 
 def fused_program(graph, order, params, inputs, shapes, writer=None):
@@ -54,9 +58,8 @@ def _choose(graph, regions, order, shapes, own):
     for r in regions:
         if not r.outputs:
             continue
-        templates = {fuse.template(nodes, shapes, nodes[i]) for i in r.nodes}
-        if own and len(r.nodes) <= MAX_NODES:
-            if len(r.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates):
+        if own and weight(graph, r, shapes) <= MAX_WEIGHT:
+            if own_loop_gains(graph, r, shapes):
                 chosen.append(r)
             continue
         if own:
@@ -70,6 +73,26 @@ def _choose(graph, regions, order, shapes, own):
             if part.outputs and worth_fusing(part, shapes, used):
                 interpreted.append(part)
     return chosen, interpreted, order
+
+
+def weight(graph, region, shapes) -> int:
+    """What compiling a region's own loop costs, in nodes: a polynomial weighs as much as 16 arithmetic
+    nodes (cold, 0.3 s for 24 nodes of arithmetic, 0.8 s for 4 tanh and 4 nodes beside them)."""
+    nodes = graph.nodes
+    polynomials = sum(fuse.template(nodes, shapes, nodes[i]) in region_source.POLYNOMIAL for i in region.nodes)
+    return len(region.nodes) + POLYNOMIAL_WEIGHT * polynomials
+
+
+def own_loop_gains(graph, region, shapes) -> bool:
+    """Whether a region's own loop beats numpy's calls (and the interpreter): two nodes or more (one pass
+    and one call for all), or a tanh (its polynomial against libm's call). sin and cos only over a few
+    numbers: in one loop with the other ops their polynomials do not vectorize, the interpreter's
+    blocks do (twice as fast from 8,192 numbers on)."""
+    nodes = graph.nodes
+    templates = {fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
+    if region_source.rereads(templates) and math.prod(region.shape) > FEW:
+        return False
+    return len(region.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates)
 
 
 def _plan(graph, order, shapes, fused):

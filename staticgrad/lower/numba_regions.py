@@ -4,8 +4,8 @@ In a loop's body each step's region is small (an RNN's is a few thousand numbers
 packing and dispatch cost more than the work. A function compiled for the region alone takes its arrays
 as they are and costs a numba dispatch (well under a microsecond) plus its loop. Each distinct source is
 compiled once per process, and its machine code kept on disk (``numba_cache``), like the interpreter's;
-compile time grows with a region's length, so regions of more than ``MAX_NODES`` nodes are left to the
-interpreter.
+compile time grows with a region's length, so long regions are left to the interpreter
+(``numba_plan.weight``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import numpy as np
 from . import numba_cache, region_source
 from .numba_backend import helpers
 
-MAX_NODES = 48          # nodes: compiling a region of this many takes about a second (none cached)
 _compiled = {}          # source -> numba dispatcher, for this process
 
 
