@@ -51,27 +51,35 @@ def fused_program(graph, order, params, inputs, shapes, writer=None):
 
 
 def _choose(graph, regions, order, shapes, own):
-    """(regions for a loop of their own, regions for the interpreter, the order): a region too long
-    for a loop of its own is found again as the interpreter's regions (operands of its shape or scalars)."""
+    """(regions for a loop of their own, regions for the interpreter, the order): a region too long for
+    a loop of its own, or one the interpreter runs faster, is found again as the interpreter's regions
+    (operands of its shape or scalars only), each fused where that gains."""
     nodes = graph.nodes
-    chosen, interpreted = [], []
+    chosen, interpreted, reordered = [], [], {}
     for r in regions:
         if not r.outputs:
             continue
-        if own and weight(graph, r, shapes) <= MAX_WEIGHT:
-            if own_loop_gains(graph, r, shapes):
-                chosen.append(r)
+        if own and weight(graph, r, shapes) <= MAX_WEIGHT and own_loop_gains(graph, r, shapes):
+            chosen.append(r)
             continue
-        if own:
-            parts, part_order = fuse.find_regions(graph, r.nodes, shapes)
-            at = order.index(r.nodes[0])
-            order = order[:at] + part_order + order[at + len(r.nodes):]
-        else:
-            parts = [r]
+        parts = [r]
+        if own and len(r.nodes) >= 2:
+            parts, reordered[r.nodes[0]] = fuse.find_regions(graph, r.nodes, shapes)
         for part in parts:
             used = {fuse.template(nodes, shapes, nodes[i]) for i in part.nodes}
-            if part.outputs and worth_fusing(part, shapes, used):
+            if len(part.nodes) >= 2 and part.outputs and worth_fusing(part, shapes, used):
                 interpreted.append(part)
+    if reordered:           # (each region's nodes are consecutive: its new order takes their places)
+        skip, new_order = 0, []
+        for i in order:
+            if skip:
+                skip -= 1
+            elif i in reordered:
+                new_order += reordered[i]
+                skip = len(reordered[i]) - 1
+            else:
+                new_order.append(i)
+        order = new_order
     return chosen, interpreted, order
 
 
