@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import fuse, numba_cache, scalar_math, vector_math
+from . import fuse, numba_cache, numba_fma, scalar_math, vector_math
 from .interpret import generate
 from .memory import plan_memory
 
@@ -112,6 +112,8 @@ def helpers() -> dict:
         # inlined into the interpreter's loops, which LLVM then vectorizes
         kernel = numba.njit(error_model="numpy", inline="always")
         _helpers.update(sin_cos_kernel=kernel(vector_math.sin_cos_kernel), tanh_kernel=kernel(vector_math.tanh_kernel))
+        numba_fma.register()        # (a region's own loop runs tanh_fma_kernel)
+        _helpers.update(tanh_fma_kernel=kernel(vector_math.tanh_fma_kernel))
         _helpers["np"] = np
     return _helpers
 

@@ -7,10 +7,11 @@ input of fewer elements broadcasts, as numpy's would) and writes each output int
 (a workspace buffer, the row of a loop's stacked output). Inputs of one element come as Python floats.
 
 Each op computes its template (``OpDef.scalar``) on float64 values, rounded after it as its node's dtype
-asks (float32, or False/True as 0.0/1.0): the interpreter's arithmetic, so the results are its bits. tanh,
-sin and cos run vector_math's polynomials; sin and cos only on arguments within SIN_COS_LIMIT, and if any
-element has another, the whole region is computed again with libm's calls (so its outputs must not share
-memory with its inputs: ``rereads``).
+asks (float32, or False/True as 0.0/1.0): the interpreter's arithmetic, so the results are its bits, but
+for tanh, whose polynomial is evaluated in fused multiply-adds here (``vector_math.tanh_fma_kernel``:
+within 3 ulp of numpy's too). sin and cos run vector_math's polynomials only on arguments within
+SIN_COS_LIMIT, and if any element has another, the whole region is computed again with libm's calls (so
+its outputs must not share memory with its inputs: ``rereads``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from . import fuse, vector_math
 NAME = "region"
 # Templates run by a polynomial: (the call, the limit on its argument beyond which libm's call is needed,
 # or None when the polynomial covers every number: tanh's gives +-1 for the infinities, nan is passed on).
-POLYNOMIAL = {"tanh({0})": ("tanh_kernel({0})", None),
+POLYNOMIAL = {"tanh({0})": ("tanh_fma_kernel({0})", None),
               "sin({0})": ("sin_cos_kernel({0}, False)", vector_math.SIN_COS_LIMIT),
               "cos({0})": ("sin_cos_kernel({0}, True)", vector_math.SIN_COS_LIMIT)}
 
