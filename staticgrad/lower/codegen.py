@@ -306,6 +306,7 @@ class Writer:
                 name = self.ns.bind("c", kernel.literal(self.nodes[j]))
             args.append({"float": f"float({name})", "item": f"float({name}.item())"}.get(how, name))
         outs = [self.destination(o, kernel) for o in region.outputs]
+        outs = [name for o, name in zip(region.outputs, outs) if o not in kernel.over]
         ops = ", ".join(dict.fromkeys(self.nodes[j].op for j in region.nodes))
         name = self.ns.bind("fused", kernel.run)
         self.emit(f"    {name}({', '.join(args + outs)})  # fused loop over {len(region.nodes)} nodes: {ops}", i)

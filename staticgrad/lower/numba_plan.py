@@ -38,13 +38,13 @@ def fused_program(graph, order, params, inputs, shapes, writer=None):
     chosen, interpreted, order = _choose(graph, regions, order, shapes, own)
     if not chosen and not interpreted:
         return None, time.perf_counter() - start
-    fused = [(RegionKernel(graph, r, shapes), r) for r in chosen]
+    memory, placed = _plan(graph, order, shapes, chosen, interpreted)
+    fused = [(RegionKernel(graph, r, shapes, *placed[id(r)]), r) for r in chosen]
     if interpreted:
         templates = {id(r): {fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes}
                      for r in interpreted}
         machine = interpreter(frozenset().union(*templates.values()))
         fused += [(Kernel(fuse.lower(graph, r, shapes, machine.opcode), machine.run), r) for r in interpreted]
-    memory = _plan(graph, order, shapes, fused)
     program = generate(graph, order, params, inputs, memory, fused=fused, writer=writer)
     program.kind, program.stats = "numba", {"fused_regions": len(fused)}
     return program, time.perf_counter() - start
@@ -103,28 +103,53 @@ def own_loop_gains(graph, region, shapes) -> bool:
     return len(region.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates)
 
 
-def _plan(graph, order, shapes, fused):
-    """The workspace over the new order. A region's inner values take no memory (they never leave the
-    loop), nor does an interpreter's output (its kernel returns fresh arrays); a loop's outputs take
-    workspace slots, except one that would share memory its loop still reads through a view (or any
-    input, for a loop that may run twice): that one gets a buffer of its own."""
-    inside = {}
-    for kernel, r in fused:
-        own = getattr(kernel, "writes_outputs", False)
-        inside.update({i: None for i in r.nodes if not (own and i in r.outputs)})
-    memory = plan_memory(graph, order, shapes, True, inside)
+def _plan(graph, order, shapes, chosen, interpreted):
+    """The workspace over the new order, and for each region of its own loop ({output: an array of its
+    own}, {output: the position of the input it is written over}).
+
+    The planner sees each such region as its outputs alone, each reading all the region's inputs (its
+    inner values never leave the loop); an interpreter's nodes take no memory (its kernel returns fresh
+    arrays). An output may then take the slot of an input dying with the region, as numpy's in-place
+    calls do (a parameter's new value the gradient's buffer, to hand over): the loop writes each element
+    after reading the inputs', and reads and writes the same array, which LLVM vectorizes (two arrays
+    that overlap make it take its one-at-a-time loop). Not if the input reaches it through a view (its
+    elements lie elsewhere), nor in a loop that may run twice (sin, cos): those outputs get an array of
+    their own.
+    """
+    nodes, inner = dict(graph.nodes), set()
+    for r in chosen:
+        for i in r.nodes:
+            if i in r.outputs:
+                nodes[i] = nodes[i].copy(inputs=list(r.inputs))
+            else:
+                inner.add(i)
+    fixed = {i: None for r in interpreted for i in r.nodes}
+    memory = plan_memory(_Collapsed(graph, nodes), [i for i in order if i not in inner], shapes, True, fixed)
     base = storage_bases(graph, order)
-    for kernel, r in fused:
-        if not getattr(kernel, "writes_outputs", False):
-            continue
-        twice = region_source.rereads(kernel.templates)
-        held = {memory.slot.get(base[j]) for j in r.inputs if twice or base[j] != j} - {None}
+    placed = {}
+    for r in chosen:
+        own, over = {}, {}
+        twice = region_source.rereads({fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes})
         for o in r.outputs:
             slot = memory.slot.get(o)
-            if slot is not None and slot in held:
-                del memory.slot[o]
-                memory.handoff = {k: s for k, s in memory.handoff.items() if s != slot}
-                shape, dtype = kernel.outputs[o]
-                kernel.buffers[o] = np.empty(shape, dtype)
-                memory.workspace_bytes += math.prod(shape) * np.dtype(dtype).itemsize
-    return memory
+            shared = [k for k, j in enumerate(r.inputs) if memory.slot.get(base[j]) == slot] if slot is not None else []
+            if shared and (twice or any(base[r.inputs[k]] != r.inputs[k] for k in shared)):
+                _own_array(memory, o, slot, own, graph.nodes[o].dtype, r.shape)
+            elif shared:
+                over[o] = shared[0]
+        placed[id(r)] = (own, over)
+    return memory, placed
+
+
+class _Collapsed:
+    """A plan's graph as the workspace planner sees it (``nodes`` in place of the graph's)."""
+
+    def __init__(self, graph, nodes):
+        self.nodes, self.outputs, self.updates = nodes, graph.outputs, graph.updates
+
+
+def _own_array(memory, o, slot, own, dtype, shape):
+    del memory.slot[o]
+    memory.handoff = {k: s for k, s in memory.handoff.items() if s != slot}
+    own[o] = np.empty(shape, dtype)
+    memory.workspace_bytes += own[o].nbytes

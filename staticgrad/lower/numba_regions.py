@@ -25,19 +25,20 @@ class RegionKernel:
     ``passing[k]``: how input k is passed: "array" (as it is), "float" (``float(x)``, a value of one
     number and no axes), "item" (``float(x.item())``, one number with axes) or "literal" (a constant's
     number, bound once). ``buffers``: {output id: an array of its own} for outputs that may not take
-    their workspace slot (it holds an input the loop still reads). ``seconds``: compile time spent.
+    their workspace slot (it holds an input the loop still reads through a view). ``over``: {output id:
+    the position of the input it is written over} (no argument of its own). ``seconds``: compile time.
     """
 
     writes_outputs = True
 
-    def __init__(self, graph, region, shapes):
+    def __init__(self, graph, region, shapes, buffers=None, over=None):
         self.region = region
         nodes = graph.nodes
-        self.source = region_source.source(graph, region, shapes)
-        self.templates = {region_source.fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
+        self.over = dict(over or {})
+        self.source = region_source.source(graph, region, shapes, self.over)
         self.passing = [_passing(nodes[j], shapes[j], region.shape) for j in region.inputs]
         self.outputs = {o: (tuple(region.shape), nodes[o].dtype) for o in region.outputs}
-        self.buffers = {}
+        self.buffers = dict(buffers or {})
         self.run, self.seconds = compiled(self.source, self._signature(graph, shapes))
 
     def _signature(self, graph, shapes):
@@ -52,7 +53,9 @@ class RegionKernel:
                 types.append(numba.typeof(np.asarray(node.value)))
             else:
                 types.append(numba.types.Array(numba.from_dtype(node.dtype), len(shapes[j]), "C"))
-        for shape, dtype in self.outputs.values():
+        for o, (shape, dtype) in self.outputs.items():
+            if o in self.over:
+                continue
             types.append(numba.types.Array(numba.from_dtype(dtype), len(shape), "C"))
         return tuple(types)
 

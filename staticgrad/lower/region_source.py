@@ -39,48 +39,62 @@ def is_scalar(shape, region_shape) -> bool:
     return math.prod(shape) == 1 and tuple(shape) != tuple(region_shape)
 
 
-def source(graph, region, shapes) -> str:
+def source(graph, region, shapes, over=None) -> str:
     """The function's source: ``region(a0, .., o0, ..)``, inputs in ``region.inputs`` order, then outputs
-    in ``region.outputs`` order."""
-    nodes, shape = graph.nodes, tuple(region.shape)
+    in ``region.outputs`` order, but for those in ``over`` ({output id: input position}): written over
+    that input, they have no argument of their own."""
+    nodes, shape, over = graph.nodes, tuple(region.shape), over or {}
     args = [f"a{k}" for k in range(len(region.inputs))]
-    outs = [f"o{k}" for k in range(len(region.outputs))]
+    targets = [f"a{over[o]}" if o in over else f"o{k}" for k, o in enumerate(region.outputs)]
+    outs = [t for t in targets if t.startswith("o")]
     templates = [fuse.template(nodes, shapes, nodes[i]) for i in region.nodes]
     lines = [f"def {NAME}({', '.join(args + outs)}):"]
+    full = [k for k, j in enumerate(region.inputs) if not is_scalar(shapes[j], shape)]
+    arrays = {k: f"a{k}" for k in full}
     dims = len(shape)
+    if dims >= 2 and all(tuple(shapes[region.inputs[k]]) == shape for k in full):
+        # No operand broadcasts: one loop over the elements in memory order (the outputs are C-ordered
+        # arrays, so their flat views are themselves; an input of another layout is copied in that order).
+        arrays = {k: f"f{k}" for k in full}
+        lines += [f"    f{k} = a{k}.ravel()" for k in full] + [f"    {t}f = {t}.ravel()" for t in outs]
+        targets = [f"f{t[1:]}" if t.startswith("a") else f"{t}f" for t in targets]
+        shape, dims = (math.prod(shape),), 1
     if dims:
         sizes = ", ".join(f"n{d}" for d in range(dims))
-        lines.append(f"    {sizes}, = o0.shape")
+        lines.append(f"    {sizes}, = {targets[0]}.shape")
     twice = rereads(templates)
     if twice:
         lines.append("    bad = 0")
-    lines += _loops(graph, region, shapes, templates, dims, fast=True)
+    parts = (graph, region, shapes, templates, arrays, targets, shape)
+    lines += _loops(*parts, fast=True)
     if twice:
         lines.append("    if bad:")
-        lines += ["    " + line for line in _loops(graph, region, shapes, templates, dims, fast=False)]
+        lines += ["    " + line for line in _loops(*parts, fast=False)]
     return "\n".join(lines) + "\n"
 
 
-def _loops(graph, region, shapes, templates, dims, fast):
-    """The loop nest (none for a region of one number) and, inside it, the element's work."""
+def _loops(graph, region, shapes, templates, arrays, targets, shape, fast):
+    """The loop nest over ``shape`` (none for a region of one number) and, inside it, the element's work."""
     lines, pad = [], "    "
-    for d in range(dims):
+    for d in range(len(shape)):
         lines.append(f"{pad}for i{d} in range(n{d}):")
         pad += "    "
-    index = "[" + ", ".join(f"i{d}" for d in range(dims)) + "]" if dims else "[()]"
-    return lines + [pad + line for line in _element(graph, region, shapes, templates, index, fast)]
+    index = "[" + ", ".join(f"i{d}" for d in range(len(shape))) + "]" if shape else "[()]"
+    work = _element(graph, region, shapes, templates, arrays, targets, shape, index, fast)
+    return lines + [pad + line for line in work]
 
 
-def _element(graph, region, shapes, templates, index, fast):
+def _element(graph, region, shapes, templates, arrays, targets, shape, index, fast):
     """One element: load the inputs, compute each node, store the outputs."""
-    nodes, shape = graph.nodes, tuple(region.shape)
+    nodes, region_shape = graph.nodes, tuple(region.shape)
     names, lines = {}, []
     for k, j in enumerate(region.inputs):
-        if is_scalar(shapes[j], shape):
+        if k not in arrays:
             names[j] = f"a{k}"
             continue
         names[j] = f"x{k}"
-        lines.append(f"x{k} = {_load(f'a{k}', _input_index(shapes[j], shape, index), nodes[j].dtype)}")
+        at = index if tuple(shapes[j]) == region_shape else _input_index(shapes[j], shape, index)
+        lines.append(f"x{k} = {_load(arrays[k], at, nodes[j].dtype)}")
     out_row = {i: k for k, i in enumerate(region.outputs)}
     for k, (i, template) in enumerate(zip(region.nodes, templates)):
         node = nodes[i]
@@ -92,7 +106,7 @@ def _element(graph, region, shapes, templates, index, fast):
         elif node.dtype == np.bool_:
             lines.append(f"{value} = 1.0 if {value} != 0.0 else 0.0")
         if i in out_row:
-            lines.append(f"o{out_row[i]}{index} = {_store(value, node.dtype)}")
+            lines.append(f"{targets[out_row[i]]}{index} = {_store(value, node.dtype)}")
     return lines
 
 

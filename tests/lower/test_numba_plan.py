@@ -183,3 +183,15 @@ def test_a_failing_op_in_a_body_is_named_with_its_line(boom):
     assert "fused loop over" in body_source(fn)
     with pytest.raises(sg.ExecutionError, match=rf"{boom} node \d+ \(.*{line}\) failed at run time .*value over 100"):
         fn(np.full((4, 3), 50.0))
+
+
+def test_feeds_of_any_layout_or_read_only():
+    x, b = sg.placeholder((6, 5), name="x"), sg.placeholder((5,), name="b")
+    y = sg.tanh(x * 2.0 + b) * x
+    X = np.random.default_rng(8).normal(size=(5, 6)).T           # Fortran order
+    frozen = np.array(X)
+    frozen.flags.writeable = False
+    B = np.linspace(0.0, 1.0, 10)
+    fn = both(y, [x, b], [X, B[::2]], rtol=1e-15)                # (a loop compiled for these too)
+    np.testing.assert_allclose(fn(frozen, B[:5]), sg.compile(y, inputs=[x, b])(frozen, B[:5]), rtol=1e-15)
+    assert re.search(r"fused\d+\(x, c\d+, b, v\d\)", fn.source)   # the constant 2.0 passed as a float
