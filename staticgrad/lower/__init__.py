@@ -67,7 +67,7 @@ def as_backend(backend) -> Backend:
     return backend if isinstance(backend, Backend) else Backend(backend)
 
 
-def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=None) -> Program:
+def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=None, in_loop=False) -> Program:
     """The program that runs ``graph`` (an optimized IR graph) when its inputs have ``shapes`` (one shape
     per ``graph.inputs``), with ``backend`` (a name or a :class:`Backend`).
 
@@ -75,7 +75,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     numpy plan on them. ``kind="scalar"`` makes it scalar code unchecked, for a copy of a program that
     passed that check (each thread running a plan at once needs a copy: the workspace is the program's).
     ``shapes=None`` gives shape-generic source for reading, with no memory plan. ``loop`` (a
-    ``loop_source.LoopSpec``): ``graph`` is a scan's body, and the program runs the whole loop.
+    ``loop_source.LoopSpec``): ``graph`` is a scan's body, and the program runs the whole loop; ``in_loop``:
+    ``graph`` is a loop's body (run step after step: the numba backend compiles more of its regions).
     The program's ``kind`` says what runs ("numpy", "scalar" or "numba"), ``stats`` what it batched or
     fused, ``seconds`` what lowering for the numba backend took.
     """
@@ -96,8 +97,8 @@ def build_program(graph, shapes, backend="numpy", feeds=None, kind=None, loop=No
     if backend.recompute_draws and backend.memory_planning and loop is None:
         concrete, order, sizes, again = recompute.choose(concrete, order, sizes)
     lowered = lower_loops(concrete, order, sizes, lambda body, feed, loop=None: build_program(
-        body, feed, backend, loop=loop))
-    program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop)
+        body, feed, backend, loop=loop, in_loop=True))
+    program = _lowered(concrete, order, params, sizes, backend, feeds, kind, loop, in_loop)
     _show_bodies(program, concrete, lowered)
     _count_bodies(program, lowered)
     saved = sum(getattr(concrete.nodes[i].meta["kernel"], "bytes_saved", lambda: 0)() for i, _ in lowered)
@@ -130,7 +131,7 @@ def _count_bodies(program, lowered):
         memory.workspace_bytes += held
 
 
-def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
+def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None, in_loop=False):
     if backend.check_numerics:
         memory = plan_memory(concrete, order, sizes, enable=backend.memory_planning)
         # (source, whatever the size: a check per node is one more line per node, not for a huge graph)
@@ -148,7 +149,7 @@ def _lowered(concrete, order, params, sizes, backend, feeds, kind, loop=None):
         # keeps its loop in its source, around the compiled regions)
         from .numba_plan import fused_program
         writer = loop_writer(loop) if loop is not None else None
-        fused, seconds = fused_program(concrete, order, params, concrete.inputs, sizes, writer)
+        fused, seconds = fused_program(concrete, order, params, concrete.inputs, sizes, writer, in_loop)
         if fused is not None:               # else no region gains from a kernel: the numpy plan runs
             fused.shapes, program = sizes, fused
         program.seconds = seconds

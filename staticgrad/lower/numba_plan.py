@@ -3,9 +3,9 @@
 A region becomes one call of its own compiled loop (``numba_regions``: the arrays passed as they are,
 results written into their buffers) when compiling it is cheap enough (``weight``) and it gains from it
 (``own_loop_gains``): a tanh (numpy's float64 one is libm's scalar call), or two nodes or more (one pass
-and one call instead of one per node). A longer region is left to the interpreter (``numba_backend``),
-which compiles nothing per region, where that gains; the rest of the plan stays numpy calls. A loop's
-body (``writer``: the loop is in its source) gets the same treatment as a plan.
+and one call instead of one per node), and, in a plan that is not a loop's body, repays its compile
+(``pays_once``). A longer region is left to the interpreter (``numba_backend``), which compiles nothing
+per region, where that gains; the rest of the plan stays numpy calls.
 """
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from .numba_regions import RegionKernel
 MAX_WEIGHT = 64         # a region's own loop is compiled up to this weight (about a second, none cached)
 POLYNOMIAL_WEIGHT = 16
 FEW = 1024              # numbers: up to this many, one call of a region's own loop beats the interpreter's
+LARGE = 65536           # numbers: from this many, a plan's float64 arithmetic is worth a loop of its own
 
 
-def fused_program(graph, order, params, inputs, shapes, writer=None):
-    """The plan's program with its elementwise regions computed by compiled loops.
+def fused_program(graph, order, params, inputs, shapes, writer=None, in_loop=False):
+    """The plan's program with its elementwise regions computed by compiled loops (``in_loop``: the plan
+    is a loop's body, run step after step, ``writer`` the class that writes it, if not the default).
 
     Returns (program, seconds spent: finding the regions, compiling or loading their loops); the program
     is None when no region gains from one. Regions move nodes, so the workspace is planned again over the
@@ -35,7 +37,7 @@ def fused_program(graph, order, params, inputs, shapes, writer=None):
     start = time.perf_counter()
     own = len(order) <= INTERPRET_ABOVE      # (a huge plan runs as steps: their kernels return arrays)
     regions, order = fuse.find_regions(graph, order, shapes, broadcast=own, smallest=1 if own else 2)
-    chosen, interpreted, order = _choose(graph, regions, order, shapes, own)
+    chosen, interpreted, order = _choose(graph, regions, order, shapes, own, in_loop)
     if not chosen and not interpreted:
         return None, time.perf_counter() - start
     memory, placed = _plan(graph, order, shapes, chosen, interpreted)
@@ -50,7 +52,7 @@ def fused_program(graph, order, params, inputs, shapes, writer=None):
     return program, time.perf_counter() - start
 
 
-def _choose(graph, regions, order, shapes, own):
+def _choose(graph, regions, order, shapes, own, in_loop):
     """(regions for a loop of their own, regions for the interpreter, the order): a region too long for
     a loop of its own, or one the interpreter runs faster, is found again as the interpreter's regions
     (operands of its shape or scalars only), each fused where that gains."""
@@ -59,7 +61,8 @@ def _choose(graph, regions, order, shapes, own):
     for r in regions:
         if not r.outputs:
             continue
-        if own and weight(graph, r, shapes) <= MAX_WEIGHT and own_loop_gains(graph, r, shapes):
+        if own and weight(graph, r, shapes) <= MAX_WEIGHT and own_loop_gains(graph, r, shapes) and (
+                in_loop or pays_once(graph, r, shapes)):
             chosen.append(r)
             continue
         parts = [r]
@@ -101,6 +104,20 @@ def own_loop_gains(graph, region, shapes) -> bool:
     if region_source.rereads(templates) and math.prod(region.shape) > FEW:
         return False
     return len(region.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates)
+
+
+def pays_once(graph, region, shapes) -> bool:
+    """Whether a region of a plan that runs once a call (not a loop's body, run step after step) is worth
+    a loop of its own, compiled once per process (0.2-0.3 s, then loaded from disk): where the interpreter
+    would fuse it, or where it saves hundreds of µs a call, two nodes or more of float64 over LARGE numbers
+    or more (one pass over memory instead of one per node: 2.4-3.6x numpy's calls over a million numbers).
+    Over float32 numpy's calls are as fast (a step of B, the MLP, or of V1, the CNN, gains nothing)."""
+    nodes = graph.nodes
+    templates = {fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
+    if worth_fusing(region, shapes, templates):
+        return True
+    return len(region.nodes) >= 2 and math.prod(region.shape) >= LARGE and all(
+        nodes[i].dtype == np.float64 for i in region.nodes)
 
 
 def _plan(graph, order, shapes, chosen, interpreted):

@@ -166,20 +166,19 @@ def test_unknown_backend_is_an_error():
         sg.compile(x * 2.0, inputs=[x], backend="cuda")
 
 
-def test_short_regions_run_a_loop_of_their_own_and_long_ones_the_interpreter():
+def test_short_regions_run_a_loop_of_their_own_where_it_repays_its_compile_and_long_ones_the_interpreter():
     rng = np.random.default_rng(7)
-    x = sg.placeholder((64, 128), name="x")
-    b = sg.parameter(rng.normal(size=128), name="b")
-    y = sg.relu(x + b)                       # 2 nodes, the bias broadcast: one loop reads it by index
-    fn = sg.compile(y, inputs=[x], backend="numba")
-    X = rng.normal(size=(64, 128))
-    np.testing.assert_array_equal(fn(X), np.maximum(X + b.value, 0))
-    assert fn.report().summary["fused_regions"] == 1
+    for rows, fused in ((64, 0), (1024, 1)):          # 2 nodes over 8,192 numbers: numpy's calls; 131,072: fused
+        x = sg.placeholder((rows, 128), name="x")
+        b = sg.parameter(rng.normal(size=128), name="b")
+        fn = sg.compile(sg.relu(x + b), inputs=[x], backend="numba")
+        X = rng.normal(size=(rows, 128))
+        np.testing.assert_array_equal(fn(X), np.maximum(X + b.value, 0))
+        assert fn.report().summary["fused_regions"] == fused
+    # the bias broadcast: the loop reads it by index
     assert re.search(r"fused\d+\(x, p_b, v\d\)  # fused loop over 2 nodes: add, relu", fn.source)
-    small = sg.placeholder((16,), name="small")
-    one = sg.compile(small * 2.0, inputs=[small], backend="numba")
-    np.testing.assert_array_equal(one(np.arange(-8.0, 8.0)), np.arange(-8.0, 8.0) * 2)
-    assert one.report().summary["fused_regions"] == 0      # one numpy call costs less than one kernel call
+    f32 = sg.placeholder((1024, 128), "float32", name="f32")
+    assert sg.compile(sg.relu(f32 * 2.0), inputs=[f32], backend="numba").report().summary["fused_regions"] == 0
     xs, outs = chain(8192, 60)               # 480 nodes over the same numbers: the interpreter
     deep = sg.compile(outs, inputs=[xs], backend="numba")
     X = rng.uniform(-0.2, 0.2, 8192)
@@ -279,13 +278,13 @@ def test_vectorized_sin_cos_tanh_stay_within_3_ulp_and_fall_back_to_libm_outside
 
 
 def test_large_regions_with_sin_go_to_the_interpreter_and_arithmetic_to_a_loop_of_its_own():
-    # over 20,000 numbers the interpreter's blocks vectorize sin (glibc's scalar call in numpy), a region's
+    # over 70,000 numbers the interpreter's blocks vectorize sin (glibc's scalar call in numpy), a region's
     # own loop does not; arithmetic runs in one pass of a loop of its own instead of numpy's pass per op
-    x = sg.placeholder((20000,), name="x")
+    x = sg.placeholder((70000,), name="x")
     arithmetic, with_sin = x * 1.5, sg.sin(x)
     for _ in range(10):
         arithmetic, with_sin = arithmetic * 0.5 + x, with_sin * 0.5 + x
-    X = np.random.default_rng(5).normal(size=20000)
+    X = np.random.default_rng(5).normal(size=70000)
     for y, interpreted in ((arithmetic, False), (with_sin, True)):
         fn = sg.compile(y, inputs=[x], backend="numba")
         assert_same([fn(X)], [sg.compile(y, inputs=[x])(X)])

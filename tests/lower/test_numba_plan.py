@@ -117,10 +117,10 @@ def test_sin_and_cos_beyond_their_polynomials_range_are_libms():
 
 
 def test_an_output_never_shares_memory_with_a_view_the_loop_still_reads():
-    a = sg.placeholder((6, 6), name="a")
+    a = sg.placeholder((256, 256), name="a")     # (a plan's float64 region this large has a loop of its own)
     y = a @ a
     z = sg.transpose(y) * 2.0 + y * 0.5          # y's slot would be free for z, but y.T is read throughout
-    A = np.random.default_rng(5).normal(size=(6, 6))
+    A = np.random.default_rng(5).normal(size=(256, 256))
     fn = both(z + 1.0, [a], [A], rtol=1e-15)
     assert fn.report().summary["fused_regions"] == 1
 
@@ -142,10 +142,10 @@ def test_a_region_too_long_to_compile_goes_to_the_interpreter(monkeypatch):
 def test_each_region_source_is_compiled_once_and_kept_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("STATICGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(numba_regions, "_compiled", {})
-    x = sg.placeholder((7, 5), name="x")
+    x = sg.placeholder((256, 256), name="x")
     y = sg.tanh(x * 1.25 - 0.5) * x
     first = sg.compile(y, inputs=[x], backend="numba")
-    X = np.random.default_rng(7).normal(size=(7, 5))
+    X = np.random.default_rng(7).normal(size=(256, 256))
     want = first(X)
     files = [f for f in tmp_path.iterdir() if f.name.startswith("region_") and f.suffix == ".py"]
     assert len(files) == 1
@@ -186,12 +186,34 @@ def test_a_failing_op_in_a_body_is_named_with_its_line(boom):
 
 
 def test_feeds_of_any_layout_or_read_only():
-    x, b = sg.placeholder((6, 5), name="x"), sg.placeholder((5,), name="b")
+    x, b = sg.placeholder((256, 300), name="x"), sg.placeholder((300,), name="b")
     y = sg.tanh(x * 2.0 + b) * x
-    X = np.random.default_rng(8).normal(size=(5, 6)).T           # Fortran order
+    X = np.random.default_rng(8).normal(size=(300, 256)).T       # Fortran order
     frozen = np.array(X)
     frozen.flags.writeable = False
-    B = np.linspace(0.0, 1.0, 10)
+    B = np.linspace(0.0, 1.0, 600)
     fn = both(y, [x, b], [X, B[::2]], rtol=1e-15)                # (a loop compiled for these too)
-    np.testing.assert_allclose(fn(frozen, B[:5]), sg.compile(y, inputs=[x, b])(frozen, B[:5]), rtol=1e-15)
+    np.testing.assert_allclose(fn(frozen, B[:300]), sg.compile(y, inputs=[x, b])(frozen, B[:300]), rtol=1e-15)
     assert re.search(r"fused\d+\(x, c\d+, b, v\d\)", fn.source)   # the constant 2.0 passed as a float
+
+
+def test_a_parameters_new_value_is_written_over_its_gradient_and_handed_over():
+    rng = np.random.default_rng(9)
+    x = sg.placeholder((8, 256), name="x")
+    start = rng.normal(size=(256, 256)) * 0.05
+    feeds = rng.normal(size=(3, 8, 256))
+    values = []
+    for backend in ("numpy", "numba"):
+        W = sg.parameter(start.copy(), name="W")
+        loss = sg.sum(sg.tanh(x @ W) ** 2)
+        (g,) = sg.grad(loss, [W])
+        step = sg.compile(loss, inputs=[x], updates=[(W, W - 0.01 * g)], backend=backend)
+        for batch in feeds:
+            step(batch)
+        values.append(W.value.copy())
+    np.testing.assert_allclose(values[1], values[0], rtol=1e-12)
+    assert step.report().summary["fused_regions"] >= 1
+    # the update's loop writes over the gradient's buffer (no argument of its own), which the parameter takes
+    line = next(s for s in step.source.splitlines() if "fused loop over 2 nodes: mul, sub" in s)
+    assert "np.empty" not in step.source and step.program.handoff
+    assert re.fullmatch(r"fused\d+\(c\d+, \w+, p_W\)", line.split("#")[0].strip())
