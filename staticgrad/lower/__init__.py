@@ -5,8 +5,9 @@ one kind batched into single calls and chains of small products into scans (``ba
 memory planned into a reusable workspace (``memory``; on request, random draws drawn again for the backward
 pass where that lowers the peak, ``recompute``), straight-line numpy source generated
 (``codegen``). Tiny float64 plans become Python scalar code instead (``scalarize``, ``scalar_math``); with
-``backend="numba"``, elementwise regions become fused loops run by one compiled interpreter (``fuse``,
-``numba_backend``, ``numba_cache``, ``vector_math``). ``costs`` serves the pass ledger.
+``backend="numba"``, elementwise regions become compiled loops (``fuse``; ``numba_plan`` chooses: a short
+region's own loop, ``region_source``, ``numba_regions``, ``numba_fma``; else one interpreter,
+``numba_backend``; ``numba_cache``, ``vector_math``). ``costs`` serves the pass ledger.
 """
 from __future__ import annotations
 

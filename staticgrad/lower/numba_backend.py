@@ -1,23 +1,21 @@
-"""``backend="numba"``: each elementwise region of a plan is one call of a compiled interpreter.
+"""``backend="numba"``: elementwise regions too long for a loop of their own, run by one compiled interpreter.
 
 numba is optional (``pip install staticgrad[numba]``). A region becomes instructions (fuse.lower), not
-source, and the interpreter below is the only code numba compiles: once per process for the ops in use
-(a few seconds, counted in that plan's ``fn.report()``), again only when a later plan brings an op it
-lacks, and never for a plan's size. Compiling each region's own loop instead took time that grew faster
-than linearly with its length (minutes for a 1,000-op chain).
+source, and the interpreter below runs them: compiled once per process for the ops in use (a few
+seconds, counted in that plan's ``fn.report()``), again only when a later plan brings an op it lacks,
+and never for a plan's size. Compiling a region's own loop instead (``numba_regions``, for short ones:
+``numba_plan`` chooses) takes time that grows faster than linearly with its length (minutes for a
+1,000-op chain). ``helpers`` gives the names both kinds of compiled code use.
 """
 from __future__ import annotations
 
 import inspect
 import math
 import sys
-import time
 
 import numpy as np
 
 from . import fuse, numba_cache, numba_fma, scalar_math, vector_math
-from .interpret import generate
-from .memory import plan_memory
 
 # Templates computed by vector_math's polynomials (about 1 ns an element in SIMD registers, against 7-15 ns
 # for libm's call) where every input of a block is within the limit: (limit, expression).
@@ -193,29 +191,3 @@ def worth_fusing(region, shapes, templates) -> bool:
         return False
     crossing = sum(1 for j in region.inputs if math.prod(shapes[j]) > 1) + 2 * len(region.outputs)
     return len(region.nodes) >= 2 * crossing
-
-
-def fused_program(graph, order, params, inputs, shapes):
-    """The plan's program with every elementwise region computed by a numba interpreter.
-
-    Returns (program, seconds spent: lowering the regions, plus compiling an interpreter when the plan
-    has a template that none compiled so far knows); the program is None when no region is worth a
-    kernel. Nothing is compiled per plan, so there is no first run to pay for up front. Regions move
-    nodes, so the workspace is planned again over the new order (the numpy plan's does not fit).
-    """
-    start = time.perf_counter()
-    regions, order = fuse.find_regions(graph, order, shapes)
-    templates = {id(r): {fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes} for r in regions}
-    regions = [r for r in regions if r.outputs and worth_fusing(r, shapes, templates[id(r)])]
-    if not regions:
-        return None, time.perf_counter() - start
-    machine = interpreter(frozenset().union(*(templates[id(r)] for r in regions)))
-    fused = [(Kernel(fuse.lower(graph, r, shapes, machine.opcode), machine.run), r) for r in regions]
-    # The rest of the plan keeps a workspace, planned over the new order. A region's nodes are consecutive
-    # there and its kernel returns fresh arrays, so they take no slot, and an input dying inside a region
-    # frees its slot only for nodes after the kernel's call.
-    inside = {i: None for r in regions for i in r.nodes}
-    memory = plan_memory(graph, order, shapes, True, inside)
-    program = generate(graph, order, params, inputs, memory, fused=fused)
-    program.kind, program.stats = "numba", {"fused_regions": len(fused)}
-    return program, time.perf_counter() - start

@@ -35,8 +35,9 @@ def rereads(templates) -> bool:
 
 
 def is_scalar(shape, region_shape) -> bool:
-    """Whether an input of ``shape`` reaches the region as one Python float."""
-    return math.prod(shape) == 1 and tuple(shape) != tuple(region_shape)
+    """Whether an input of ``shape`` reaches the region as one Python float (a value of no axes may be a
+    numpy scalar or an array of no axes, depending on the op that made it)."""
+    return math.prod(shape) == 1 and (tuple(shape) != tuple(region_shape) or not shape)
 
 
 def source(graph, region, shapes, over=None) -> str:

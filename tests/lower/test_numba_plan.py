@@ -83,6 +83,13 @@ def test_scalars_bools_and_broadcast_operands():
     fn = both([h, total, count, bigs, ss] + sg.grad(loss, [x, col, one]), [x], [X])
     assert fn(X)[3].dtype == np.bool_
 
+    def means(total, xt):           # the mean is a stacked output too: a numpy scalar, not a buffer's array
+        m = sg.mean(xt)
+        return total * 0.5 + m * 2.0 - 1.0, m
+    total, ms = sg.scan(means, sg.constant(0.0), xs=x)
+    fn = both([total, ms], [x], [X])
+    assert "fused loop over 3 nodes: mul, add, sub" in body_source(fn)
+
 
 def test_nested_scans_and_a_while_loop():
     X = sg.placeholder((3, 4, 2), name="X", requires_grad=True)
