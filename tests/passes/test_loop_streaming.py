@@ -61,6 +61,11 @@ def test_the_ys_are_kept_as_checkpoints():
     ys = STEPS * BATCH * HIDDEN * 8
     # the h's and the carries each step starts with are both recomputed: about two stacks less the checkpoints
     assert fn.report()["checkpoint_bytes_saved"] > ys
+    # and the plan's peak counts a segment's rows for them, not the stacks (a plan without checkpoints: both)
+    assert fn.report()["peak_bytes"] < ys
+    want_fn, _ = rnn(None)
+    want_fn(*feeds)
+    assert want_fn.report()["peak_bytes"] > 2 * ys
 
 
 def test_float32_and_gradients_against_finite_differences():
