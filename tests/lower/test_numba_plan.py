@@ -50,7 +50,8 @@ def test_an_rnn_and_its_gradients_equal_the_numpy_backend(checkpoint, reverse):
     inputs, outputs, feeds = rnn(checkpoint=checkpoint, reverse=reverse)
     fn = both(outputs, inputs, feeds)
     body = body_source(fn)
-    assert re.search(r"fused\d+\(\w+, \w+, \w+, \w+\)  # fused loop over 3 nodes: add, tanh", body)
+    # (checkpointed, the loops pass streams the loss into the body: its region is longer)
+    assert re.search(r"fused\d+\(\w+, \w+, \w+(, \w+)?\)  # fused loop over \d+ nodes: add, tanh", body)
     if checkpoint is None:
         # the loop is in the body's source, and the region writes the step's h into its stacked row
         assert re.search(r"fused\d+\(\w+, \w+, \w+, row\d\)", body) and "for t, " in body
