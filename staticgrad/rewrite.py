@@ -160,13 +160,15 @@ def apply_rules(rw, node, rules, limit=16):
     current, fired = node, 0
     budget = getattr(rw, "budget", None)
     while fired < limit and (budget is None or budget[0] > 0):
-        inputs = None
+        inputs = tested = passed = None
         for rule in rules.get(current.op, ()):
             test = getattr(rule, "when_an_input", None)
             if test is not None:
-                if inputs is None:
-                    inputs = rw.inputs(current)
-                if not any(map(test, inputs)):
+                if test is not tested:      # (rules side by side often share a test: asked once)
+                    if inputs is None:
+                        inputs = rw.inputs(current)
+                    tested, passed = test, any(map(test, inputs))
+                if not passed:
                     continue
             rw.template = node
             result = rule(rw, current)
