@@ -59,7 +59,7 @@ def permuted_values(graph, order) -> set:
         if node.op in LEAVES:
             continue
         opdef = REGISTRY[node.op]
-        if any(j in permuted for j in node.inputs):
+        if permuted and any(j in permuted for j in node.inputs):      # (most plans permute nothing)
             if not opdef.has(C_ORDER):
                 permuted.add(i)
         elif opdef.permutes is not None and opdef.permutes(node.attrs):
@@ -120,8 +120,10 @@ class _Planner:
                 last[j] = step
                 # A value that reads others when it is read (a checkpointed loop's rows, recomputed from
                 # the loop's inputs) keeps them alive as long as itself.
-                for h in (nodes[j].meta or {}).get("holds", ()):
-                    last[base[h]] = max(last.get(base[h], step), step)
+                meta = nodes[j].meta          # (None for almost every value: no empty dict made per read)
+                if meta:
+                    for h in meta.get("holds", ()):
+                        last[base[h]] = max(last.get(base[h], step), step)
         escaping = set()
         for i in list(graph.outputs) + [e for _, e in graph.updates]:
             escaping.add(base[i])
