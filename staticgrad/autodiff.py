@@ -74,9 +74,16 @@ def reverse_sweep(order, seeds, mode: Mode):
 
 
 def _check_real(node, needs, who):
-    if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needs)):
+    if node.dtype.kind == "c" or _complex_needed(node.inputs, needs):
         raise GradError(f"{who}: the gradient would pass through a complex value at {node.op} (made at "
                         f"{node.source}); the VJP rules are written for real values")
+
+
+def _complex_needed(inputs, needs) -> bool:
+    for x, n in zip(inputs, needs):      # (a loop, not any() over a generator: asked of every node)
+        if n and x.dtype.kind == "c":
+            return True
+    return False
 
 
 def _send(node, opdef, g, needs, mode, pending, sends):
