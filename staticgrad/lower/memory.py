@@ -95,7 +95,9 @@ class _Planner:
     def __init__(self, graph, order, shapes, enable, fixed_out, held):
         self.nodes, self.shapes, self.enable = graph.nodes, shapes, enable
         self.plan = plan = MemoryPlan()
-        plan.fixed_out = dict(fixed_out or {})
+        # (the caller's dict, not a copy: nothing writes to it once planning starts, and a huge plan's
+        # batched rows fill millions of entries)
+        plan.fixed_out = fixed_out if fixed_out is not None else {}
         self.base = storage_bases(graph, order)
         # Elementwise ops over these get no C-ordered out= buffer (``usable``).
         self.permuted = permuted_values(graph, order)
