@@ -311,7 +311,7 @@ class Writer:
         if memory is not None and i in memory.fixed_out and own is None:
             out = ns.bind("r", memory.fixed_out[i])
         attrs = [(key, value, None) if _is_literal(value) else (key, None, ns.bind("a", value))
-                 for key, value in node.attrs.items()]
+                 for key, value in node.attrs.items()] if node.attrs else []
         if memory is not None and i in memory.scratch:
             arrays = tuple(ns.namespace[self.slots[k]] for k in memory.scratch[i])
             attrs.append(("scratch", None, ns.bind("s", arrays)))
