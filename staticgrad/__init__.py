@@ -68,7 +68,8 @@ __all__ = [
     "save", "load", "save_parameters", "load_parameters", "to_dot", "save_dot", "diff_dot", "trace", "Trace", "summary",
     "scan", "cond", "while_loop", "fori_loop", "batch_norm", "layer_norm", "global_avg_pool2d", "dropout",
     "ops", "passes", "eager", "loops", "nn", "optim", "data", "explain", "study", "distributed", "conv1d", "random",
-] + sorted(_OPS)
+]
+__all__ += sorted(set(_OPS) - set(__all__))      # (scan, cond and while_loop are ops too: named once)
 
 # The study imports the timing and comparison code, distributed is for a Dask cluster: only when asked for.
 _ON_DEMAND = ("study", "distributed")

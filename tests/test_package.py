@@ -95,6 +95,7 @@ def test_importing_staticgrad_loads_no_study_benchmark_numba_or_dask_module():
 def test_dir_lists_the_public_api_only():
     names = dir(sg)
     assert set(names) == set(sg.__all__) | {"__version__"}
+    assert len(names) == len(set(names)), "a name listed twice"
     assert {"grad", "compile", "placeholder", "tan", "argmax", "study"} <= set(names)
     assert not {"tensor", "graph", "lower", "function", "autodiff", "split"} & set(names)
     for name in sg.__all__:

@@ -146,7 +146,8 @@ class _Planner:
                 elif b in self.sizes and b not in self.escaping:
                     self.live_fresh -= self.sizes[b]
             return
-        size = nbytes(self.shapes[i], node.dtype)
+        # (a checkpointed loop's rows, recomputed when read, take a segment's rows, not the whole stack)
+        size = 0 if (node.meta or {}).get("holds") else nbytes(self.shapes[i], node.dtype)
         self.sizes[i] = size
         plan.peak_unplanned += size
         dying = [b for b in self.dying_at.get(step, ()) if b in plan.slot]

@@ -13,7 +13,7 @@ from ..graph import Graph, Node
 from ..ops.registry import REGISTRY
 
 
-class _Scan:
+class ScanParts:
     """A scan node taken apart: its body graph, its parts' ids, and who reads its values."""
 
     def __init__(self, graph, i):
@@ -116,7 +116,7 @@ def _depends(bg, roots):
 
 # ------------------------------------------------------------------ dead values
 def drop_dead(graph, i):
-    s = _Scan(graph, i)
+    s = ScanParts(graph, i)
     outs = s.bg.outputs
     kept_y, stacked = [], set()
     for k in range(s.C, len(outs)):
@@ -145,7 +145,7 @@ def drop_dead(graph, i):
 
 # ------------------------------------------------------------------ hoisting
 def hoist(graph, i):
-    s = _Scan(graph, i)
+    s = ScanParts(graph, i)
     bg, length = s.bg, s.node.attrs["length"]
     on_carry = _depends(bg, s.p_carry)
     outer = _whole(graph, s) | dict(zip(s.p_cap, s.caps))
@@ -272,7 +272,7 @@ def _lifted(body_node, outer_id, lift, length, before):
 
 # ------------------------------------------------------------------ sinking running sums
 def sink(graph, i):
-    s = _Scan(graph, i)
+    s = ScanParts(graph, i)
     if s.node.attrs.get("checkpoint") is not None:
         return graph, 0         # (the sums stay in the loop: stacking their terms is the memory it saves)
     bg, length = s.bg, s.node.attrs["length"]

@@ -6,7 +6,7 @@ import operator
 from ..graph import Graph, Node
 from ..ops.registry import COMMUTATIVE, REGISTRY
 from ..tensor import VARIABLES
-from . import cse, loop_motion
+from . import cse, loop_motion, loop_streaming
 from .stats import PassStats
 
 
@@ -24,14 +24,18 @@ def run(graph):
     - sinking: a carry that only sums a term per step (the gradient of a weight, in a reverse loop)
       becomes one op over the stacked terms after the loop (the T small products of a weight gradient
       one matrix product).
+    - streaming (checkpointed scans only): a loss summed over every step's output, and a slice of a reverse
+      loop computed elementwise from a stacked value, are computed step by step in the loops, so that the
+      stacked value is read only row by row and kept as checkpoints (passes/loop_streaming.py).
     """
-    counts = {"merged": 0, "dropped": 0, "hoisted": 0, "sunk": 0}
+    counts = {"merged": 0, "dropped": 0, "hoisted": 0, "sunk": 0, "streamed": 0}
     graph, counts["merged"] = merge(graph)
     graph, n = merge_recorded(graph)
     counts["merged"] += n
     for i in [i for i, n in graph.nodes.items() if n.op == "scan"]:
         for step, key in ((loop_motion.drop_dead, "dropped"), (loop_motion.hoist, "hoisted"),
-                          (loop_motion.sink, "sunk"), (loop_motion.drop_dead, "dropped")):
+                          (loop_motion.sink, "sunk"), (loop_streaming.reduce, "streamed"),
+                          (loop_streaming.feed, "streamed"), (loop_motion.drop_dead, "dropped")):
             if i in graph.nodes:
                 graph, n = step(graph, i)
                 counts[key] += n
