@@ -147,7 +147,8 @@ class _Planner:
                     self.live_fresh -= self.sizes[b]
             return
         # (a checkpointed loop's rows, recomputed when read, take a segment's rows, not the whole stack)
-        size = 0 if (node.meta or {}).get("holds") else nbytes(self.shapes[i], node.dtype)
+        meta = node.meta      # (None for almost every node: no empty dict made per node)
+        size = 0 if meta and meta.get("holds") else nbytes(self.shapes[i], node.dtype)
         self.sizes[i] = size
         plan.peak_unplanned += size
         dying = [b for b in self.dying_at.get(step, ()) if b in plan.slot]
