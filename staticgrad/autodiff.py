@@ -41,7 +41,7 @@ class Mode:
 
     def reached(self, node, g, parts):
         """``node``'s total gradient ``g`` (summed from ``parts``, with ``keeps_parts``); returns a list to
-        record its sends in, or None."""
+        record its sends in (two ids a send: the input's, then its contribution's), or None."""
         return None
 
     def provenance(self, node):
@@ -74,9 +74,16 @@ def reverse_sweep(order, seeds, mode: Mode):
 
 
 def _check_real(node, needs, who):
-    if node.dtype.kind == "c" or any(n and x.dtype.kind == "c" for x, n in zip(node.inputs, needs)):
+    if node.dtype.kind == "c" or _complex_needed(node.inputs, needs):
         raise GradError(f"{who}: the gradient would pass through a complex value at {node.op} (made at "
                         f"{node.source}); the VJP rules are written for real values")
+
+
+def _complex_needed(inputs, needs) -> bool:
+    for x, n in zip(inputs, needs):      # (a loop, not any() over a generator: asked of every node)
+        if n and x.dtype.kind == "c":
+            return True
+    return False
 
 
 def _send(node, opdef, g, needs, mode, pending, sends):
@@ -96,7 +103,7 @@ def _send(node, opdef, g, needs, mode, pending, sends):
             core = min(opdef.core_axes, x.ndim) if siblings else 0
             contribution = sum_to_shape(as_tensor(gx, like=x.dtype), x, siblings, core)
             if sends is not None:
-                sends.append((x.id, contribution.id))
+                sends += (x.id, contribution.id)
             if x.id not in pending:
                 pending[x.id] = (contribution, [contribution] if mode.keeps_parts else None)
                 continue
@@ -295,15 +302,31 @@ def _seed(y, grad_output, source):
 class SweepStep:
     """One node reached by sg.grad's sweep: ``step["node"]``, ``["op"]``, ``["parts"]`` (ids of the terms
     summed into its gradient), ``["adjoint"]`` (the id of that gradient), ``["sends"]`` ((input id,
-    contribution id) pairs). (Slots, not a dict: a sweep of a million nodes records a million of them.)"""
+    contribution id) pairs).
 
-    __slots__ = ("node", "op", "parts", "adjoint", "sends")
+    A sweep of a million nodes records a million of them, kept as long as its gradients: slots, not a dict;
+    one term (the usual case) as its id, not a tuple of one; the sends as one flat list of ids (input,
+    contribution, input, ...), not a tuple per pair. ``parts`` and ``sends`` give them in the usual form."""
+
+    __slots__ = ("node", "op", "_parts", "adjoint", "flat_sends")
+    FIELDS = ("node", "op", "parts", "adjoint", "sends")
 
     def __init__(self, node, op, parts, adjoint):
-        self.node, self.op, self.parts, self.adjoint, self.sends = node, op, parts, adjoint, []
+        self.node, self.op, self.adjoint, self.flat_sends = node, op, adjoint, []
+        self._parts = parts[0] if len(parts) == 1 else tuple(parts)
+
+    @property
+    def parts(self) -> tuple:
+        parts = self._parts
+        return parts if type(parts) is tuple else (parts,)
+
+    @property
+    def sends(self) -> list:
+        flat = self.flat_sends
+        return list(zip(flat[::2], flat[1::2]))
 
     def __getitem__(self, key):
-        if key not in self.__slots__:
+        if key not in self.FIELDS:
             raise KeyError(key)
         return getattr(self, key)
 
@@ -327,9 +350,9 @@ class _Symbolic(Mode):
         self.adjoint[node.id] = g
         if isinstance(g, Cotangents):       # (a loop's: its parts are the gradients of its outputs)
             parts = [t for p in parts for t in p.parts.values()]
-        step = SweepStep(node.id, node.op, tuple([p.id for p in parts]), g.id)
+        step = SweepStep(node.id, node.op, [p.id for p in parts], g.id)
         self.steps.append(step)     # what a reader of the backward pass wants to see
-        return step.sends
+        return step.flat_sends
 
     def provenance(self, node):
         # A twin's adjoint nodes belong to the user's tensor it stands for, and name the stable form whose

@@ -21,12 +21,14 @@ def ancestors(tensors) -> dict:
     """Every tensor that ``tensors`` depend on, themselves included, as {id: tensor}."""
     seen = {}
     stack = list(tensors)
+    pop, extend = stack.pop, stack.extend
     while stack:
-        t = stack.pop()
-        if t.id in seen:
-            continue
-        seen[t.id] = t
-        stack.extend(x for x in t.inputs if x.id not in seen)
+        # (inputs already seen are pushed too and skipped when popped: the same first visits, in the same
+        # order, as filtering them first, at half the cost of a generator per tensor)
+        t = pop()
+        if t.id not in seen:
+            seen[t.id] = t
+            extend(t.inputs)
     return seen
 
 
@@ -248,8 +250,9 @@ class Graph:
 
         Nodes may be shared with other graphs, so a node whose role changes is replaced by a copy.
         """
-        needed_by_outputs = self._needed(self.outputs)
-        needed_by_updates = self._needed([i for pair in self.updates for i in pair]) - needed_by_outputs
+        roots = [i for pair in self.updates for i in pair]
+        # (no updates, no update nodes: no walk of what the outputs need, a big graph's every node)
+        needed_by_updates = self._needed(roots) - self._needed(self.outputs) if roots else set()
         for i, node in self.nodes.items():
             if node.role == "backward":
                 continue

@@ -142,12 +142,34 @@ def same_type(a, b) -> bool:
     return tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
 
 
+def when_an_input(test):
+    """Mark a rule that can match only where ``test(x)`` holds for one of the node's inputs ``x`` (as
+    ``rw.inputs`` gives them): the engine asks the test first and skips the rule where no input passes.
+
+    A necessary condition, not the rule itself: the rule is still run in full where it holds. (The rules of
+    a big graph's pass are asked of millions of nodes, most of which read no constant, negation or
+    broadcast: one test of their inputs instead of each rule's own walk through them.)"""
+    def mark(rule):
+        rule.when_an_input = test
+        return rule
+    return mark
+
+
 def apply_rules(rw, node, rules, limit=16):
     """Rewrite ``node`` with the first matching rule, and its result again, until none matches."""
     current, fired = node, 0
     budget = getattr(rw, "budget", None)
     while fired < limit and (budget is None or budget[0] > 0):
+        inputs = tested = passed = None
         for rule in rules.get(current.op, ()):
+            test = getattr(rule, "when_an_input", None)
+            if test is not None:
+                if test is not tested:      # (rules side by side often share a test: asked once)
+                    if inputs is None:
+                        inputs = rw.inputs(current)
+                    tested, passed = test, any(map(test, inputs))
+                if not passed:
+                    continue
             rw.template = node
             result = rule(rw, current)
             if result is not None and result is not current:

@@ -7,7 +7,7 @@ sees ``x * -1`` as ``-x`` and ``1 + -s`` as ``1 - s``.
 """
 from __future__ import annotations
 
-from .rewrite import is_scalar_const, peel_layout, same_type, scalar_value, wrap_layout
+from .rewrite import is_scalar_const, peel_layout, same_type, scalar_value, when_an_input, wrap_layout
 
 
 def _negated(rw, n):
@@ -110,6 +110,7 @@ def log_of_one_plus(rw, node):
     return wrap_layout(rw, rw.make("log1p", [x]), outer)
 
 
+@when_an_input(lambda x: x.op == "constant")     # (the 1 or -1)
 def exp_minus_one(rw, node):
     """exp(x) - 1 -> expm1(x) (also exp(x) + -1)."""
     a, b = rw.inputs(node)

@@ -17,6 +17,7 @@ from staticgrad.rewrite import (
     rewrite_tensors,
     same_type,
     scalar_value,
+    when_an_input,
     wrap_layout,
 )
 
@@ -240,3 +241,62 @@ def test_the_rewriter_hands_each_rule_its_own_list_of_a_nodes_inputs():
     new, fired, fixed = rewrite_graph(g, {"mul": [edits, reads]})
     assert new is g and fired == 0 and fixed
     assert seen == [[x.id, y.id], [x.id, y.id]]
+
+
+# ------------------------------------------------------------------ what a rule needs among the inputs
+def test_apply_rules_skips_a_rule_whose_input_test_no_input_passes():
+    calls = []
+
+    @when_an_input(lambda x: x.op == "constant")
+    def needs_a_constant(rw, node):
+        calls.append(node.id)
+        return None
+
+    x = sg.placeholder((3,), name="x")
+    g = graph_of(x * x, x * 2.0, inputs=[x])
+    rw = IRRewriter(g)
+    for o in g.outputs:
+        apply_rules(rw, g.nodes[o], {"mul": [needs_a_constant]})
+    assert calls == [g.outputs[1]]      # only x * 2.0 reads a constant
+
+
+def _guard_pool():
+    """Nodes of every kind the guarded rules look for (constants 0, 1, -1, 2 of several shapes, negations,
+    broadcasts, layouts, exp) and of kinds they do not, as operands."""
+    x = sg.placeholder((3,), name="x")
+    s = sg.placeholder((), name="s")
+    i = sg.placeholder((3,), dtype="int64", name="i")
+    consts = [sg.constant(v, dtype=dt) for v in (0.0, 1.0, -1.0, 2.0) for dt in ("float64", "int64")]
+    consts += [sg.constant(np.full((3,), v)) for v in (0.0, 1.0)] + [sg.constant(-0.0)]
+    made = [x, s, i, -x, -s, sg.exp(x), sg.broadcast_to(sg.constant(1.0), (3,)), sg.broadcast_to(s, (3,)),
+            sg.reshape(x, (3, 1)), sg.tanh(x), x * 2.0, x + 1.0]
+    return x, s, i, consts + made
+
+
+def test_every_guarded_rule_matches_nothing_where_no_input_passes_its_test():
+    # The invariant the engine's skip relies on: where no input passes a rule's test, the rule returns None
+    # (each rule of simplify and stabilize that declares a test, on every pair or single operand of a pool).
+    x, s, i, pool = _guard_pool()
+    rules = {}
+    for table in (simplify.RULES, stable.RULES):
+        for op, found in table.items():
+            rules.setdefault(op, []).extend(r for r in found if getattr(r, "when_an_input", None))
+    checked = 0
+    for op, guarded in rules.items():
+        for a in pool:
+            for b in [None] + pool:
+                operands = (a,) if b is None else (a, b)
+                try:
+                    node_t = sg.ops.registry.apply(op, operands)
+                except (TypeError, ValueError):
+                    continue
+                g = graph_of(node_t, inputs=[x, s, i])
+                rw = IRRewriter(g)
+                node = g.nodes[node_t.id]
+                for rule in guarded:
+                    if any(map(rule.when_an_input, rw.inputs(node))):
+                        continue
+                    rw.template = node
+                    assert rule(rw, node) is None, (rule.__name__, op, [o.op for o in rw.inputs(node)])
+                    checked += 1
+    assert checked > 200

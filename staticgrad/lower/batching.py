@@ -26,14 +26,20 @@ from .memory import permuted_values
 
 MAX_SIZE = 256        # elements per op: beyond this the work, not the call, dominates
 MIN_BATCH = 4
+_VARYING = ("v",)       # an operand that differs from member to member
 
 
-def batchable(node, shapes):
-    kernel = REGISTRY[node.op].kernel if node.op not in LEAVES else None
-    # Elementwise ufuncs only (one call over stacked rows gives each row's own result): a stacked buffer of
-    # vectors is not a matrix (W @ h_i is not W @ [h_1; ...; h_k]).
-    return (isinstance(kernel, np.ufunc) and kernel.signature is None and not node.attrs and node.dtype.kind == "f"
-            and 0 < math.prod(shapes[node.id]) <= MAX_SIZE)
+def batchable(node, shapes, plain=None):
+    """Whether ``node`` may be one row of a batched call. ``plain``: a dict the caller keeps for one plan,
+    {op: whether its kernel is a plain ufunc}, so that is worked out once per op, not once per node."""
+    plain = {} if plain is None else plain
+    ufunc = plain.get(node.op)
+    if ufunc is None:
+        kernel = REGISTRY[node.op].kernel if node.op not in LEAVES else None
+        # Elementwise ufuncs only (one call over stacked rows gives each row's own result): a stacked buffer
+        # of vectors is not a matrix (W @ h_i is not W @ [h_1; ...; h_k]).
+        ufunc = plain[node.op] = isinstance(kernel, np.ufunc) and kernel.signature is None
+    return ufunc and not node.attrs and node.dtype.kind == "f" and 0 < math.prod(shapes[node.id]) <= MAX_SIZE
 
 
 def batch(graph, order, shapes):
@@ -89,9 +95,10 @@ class _Groups:
         self.row_of = {}            # producer id -> (buffer key, row)
         self.buffers = {}           # buffer key -> [member ids in row order]
         self.groups = []            # (first member position, op, shape, template node, members, inputs)
+        self.plain = {}             # op -> whether its kernel is a plain ufunc (see batchable)
 
     def batchable(self, n):
-        return batchable(n, self.shapes)
+        return batchable(n, self.shapes, self.plain)
 
     def where(self, j):
         """Where value ``j`` is computed (its own position unless batched: no copy of ``pos`` per node)."""
@@ -110,17 +117,18 @@ class _Groups:
 
     def stackable(self, i, shape, dtype):
         n = self.nodes[i]
-        return (i not in self.row_of and i not in self.escaping and n.inputs and batchable(n, self.shapes)
+        return (i not in self.row_of and i not in self.escaping and n.inputs and batchable(n, self.shapes, self.plain)
                 and not is_a(n, VIEW) and tuple(self.shapes[i]) == tuple(shape) and n.dtype == dtype)
 
     def find(self):
         by_kind = {}
+        nodes, shapes, escaping, plain = self.nodes, self.shapes, self.escaping, self.plain
         for i in self.order:
-            n = self.nodes[i]
-            if not n.inputs or i in self.escaping or not batchable(n, self.shapes):
+            n = nodes[i]
+            if not n.inputs or i in escaping or not batchable(n, shapes, plain):
                 continue
-            kinds = tuple(("c", j) if self.nodes[j].op == "constant" else ("v",) for j in n.inputs)
-            by_kind.setdefault((n.op, n.dtype.str, tuple(self.shapes[i]), kinds), []).append(i)
+            kinds = tuple([("c", j) if nodes[j].op == "constant" else _VARYING for j in n.inputs])
+            by_kind.setdefault((n.op, n.dtype.str, tuple(shapes[i]), kinds), []).append(i)
         for (op, _, shape, kinds), members in by_kind.items():
             if len(members) >= MIN_BATCH:
                 self.take(op, shape, kinds, members)

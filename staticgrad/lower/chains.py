@@ -93,7 +93,7 @@ def find(graph, order, shapes, escaping, row_of, ready, stackable, batchable, us
 
     taken, scans = set(), []              # (a link walked once is never walked again: linear time)
     for i in order:
-        if i in taken or not link(i):
+        if nodes[i].op != "mul" or i in taken or not link(i):     # (the op first: most nodes are no link)
             continue
         shape, dtype, start = tuple(shapes[i]), nodes[i].dtype, pos[i]
         if not all(row_ok(j, shape, dtype, start) for j in nodes[i].inputs):

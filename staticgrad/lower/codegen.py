@@ -189,11 +189,14 @@ class Writer:
             self.region_at[region.nodes[-1]] = (kernel, region)
             for i in region.nodes:
                 self.region_end[i] = region.nodes[-1]
-        step_of = {i: k for k, i in enumerate(order)}
-        self.last_use = {}
+        self.last_use = last_use = {}
+        nodes, region_end = self.nodes, self.region_end
+        # (a map of every step's position only where fused regions need one: a plan of millions of nodes)
+        step_of = {i: k for k, i in enumerate(order)} if region_end else None
         for step, i in enumerate(order):
-            for j in self.nodes[i].inputs:
-                self.last_use[j] = step_of[self.region_end[i]] if i in self.region_end else step
+            at = step_of[region_end[i]] if region_end and i in region_end else step
+            for j in nodes[i].inputs:
+                last_use[j] = at
         self.keep = set(graph.outputs) | {e for _, e in graph.updates}
         self.paired = _pairs(self.nodes, order, memory, self.region_end) if numerics is None else {}
         handed = set(memory.handoff) if memory is not None else set()
@@ -341,7 +344,7 @@ class Writer:
         if memory is not None and i in memory.fixed_out and own is None:
             out = ns.bind("r", memory.fixed_out[i])
         attrs = [(key, value, None) if _is_literal(value) else (key, None, ns.bind("a", value))
-                 for key, value in node.attrs.items()]
+                 for key, value in node.attrs.items()] if node.attrs else []
         if memory is not None and i in memory.scratch:
             arrays = tuple(ns.namespace[self.slots[k]] for k in memory.scratch[i])
             attrs.append(("scratch", None, ns.bind("s", arrays)))

@@ -153,9 +153,11 @@ class StepWriter(Writer):
 
     def call(self, step, i, node):
         call = self.call_parts(i, node)
-        args = [self.register(a) for a in call.args]
+        register = self.register
+        args = [register(a) for a in call.args]
         namespace = self.ns.namespace
-        attrs = {key: value if name is None else namespace[name] for key, value, name in call.attrs} or NO_ATTRS
+        attrs = ({key: value if name is None else namespace[name] for key, value, name in call.attrs}
+                 if call.attrs else NO_ATTRS)
         out = None
         if call.out is not None:
             if call.positional:
@@ -181,8 +183,9 @@ class StepWriter(Writer):
         """Free the registers of the values whose last reader ran at ``step``."""
         if len(self.lines) < LISTED:
             super().drop_dead(read, step)
-        for j in dict.fromkeys(read):
-            if self.last_use.get(j) == step and j not in self.keep:
+        last_use, keep = self.last_use, self.keep
+        for j in (read if len(read) < 2 else dict.fromkeys(read)):     # (each value once)
+            if last_use.get(j) == step and j not in keep:
                 # (nor its name: a plan of millions of values would hold millions of names to the end)
                 name = self.names.pop(j, None)
                 self.temps.discard(name)

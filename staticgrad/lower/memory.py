@@ -59,7 +59,7 @@ def permuted_values(graph, order) -> set:
         if node.op in LEAVES:
             continue
         opdef = REGISTRY[node.op]
-        if any(j in permuted for j in node.inputs):
+        if permuted and any(j in permuted for j in node.inputs):      # (most plans permute nothing)
             if not opdef.has(C_ORDER):
                 permuted.add(i)
         elif opdef.permutes is not None and opdef.permutes(node.attrs):
@@ -95,7 +95,9 @@ class _Planner:
     def __init__(self, graph, order, shapes, enable, fixed_out, held):
         self.nodes, self.shapes, self.enable = graph.nodes, shapes, enable
         self.plan = plan = MemoryPlan()
-        plan.fixed_out = dict(fixed_out or {})
+        # (the caller's dict, not a copy: nothing writes to it once planning starts, and a huge plan's
+        # batched rows fill millions of entries)
+        plan.fixed_out = fixed_out if fixed_out is not None else {}
         self.base = storage_bases(graph, order)
         # Elementwise ops over these get no C-ordered out= buffer (``usable``).
         self.permuted = permuted_values(graph, order)
@@ -120,8 +122,10 @@ class _Planner:
                 last[j] = step
                 # A value that reads others when it is read (a checkpointed loop's rows, recomputed from
                 # the loop's inputs) keeps them alive as long as itself.
-                for h in (nodes[j].meta or {}).get("holds", ()):
-                    last[base[h]] = max(last.get(base[h], step), step)
+                meta = nodes[j].meta          # (None for almost every value: no empty dict made per read)
+                if meta:
+                    for h in meta.get("holds", ()):
+                        last[base[h]] = max(last.get(base[h], step), step)
         escaping = set()
         for i in list(graph.outputs) + [e for _, e in graph.updates]:
             escaping.add(base[i])
@@ -143,7 +147,8 @@ class _Planner:
                     self.live_fresh -= self.sizes[b]
             return
         # (a checkpointed loop's rows, recomputed when read, take a segment's rows, not the whole stack)
-        size = 0 if (node.meta or {}).get("holds") else nbytes(self.shapes[i], node.dtype)
+        meta = node.meta      # (None for almost every node: no empty dict made per node)
+        size = 0 if meta and meta.get("holds") else nbytes(self.shapes[i], node.dtype)
         self.sizes[i] = size
         plan.peak_unplanned += size
         dying = [b for b in self.dying_at.get(step, ()) if b in plan.slot]

@@ -51,7 +51,7 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> Sizes:
         if node.inputs and nodes[node.inputs[0]].id in shapes.multi:
             shapes[i] = tuple(shapes.multi[node.inputs[0]][node.attrs["index"]])
             continue
-        if node.op in LEAVES or (None not in node.shape and all(None not in nodes[j].shape for j in node.inputs)):
+        if node.op in LEAVES or (None not in node.shape and _known(node.inputs, nodes)):
             shapes[i] = tuple(node.shape)     # static shapes without unknowns are exact
             continue
         # Also where the result's shape is static: inputs sized by different feeds must still agree (the
@@ -67,6 +67,15 @@ def concrete_shapes(graph, order, feed_shapes, feed_dtypes=None) -> Sizes:
                              f"shapes {sizes}") from None
         shapes[i] = tuple(shape)
     return shapes
+
+
+def _known(inputs, nodes) -> bool:
+    """Whether every one of ``inputs`` has a static shape without unknown sizes (a loop, not all() over a
+    generator: asked of every node of a plan)."""
+    for j in inputs:
+        if None in nodes[j].shape:
+            return False
+    return True
 
 
 def _loop_shapes(node, opdef, shapes):
@@ -120,16 +129,23 @@ def specialize(graph, order, shapes):
 
 def _specialized(node, shapes, nodes):
     opdef = REGISTRY[node.op]
-    if opdef.has(SHAPE_ONLY):
+    if opdef.flags & SHAPE_ONLY:
         dummy = np.broadcast_to(np.zeros((), np.int8), shapes[node.inputs[0]])
         return _constant(node, opdef.kernel(dummy, **node.attrs))
     if opdef.specialize is not None:
         return opdef.specialize(node, shapes, nodes)
-    if (node.inputs and opdef.has(ELEMENTWISE) and all(nodes[j].op == "constant" for j in node.inputs)
+    if (node.inputs and opdef.flags & ELEMENTWISE and _all_constant(node.inputs, nodes)
             and math.prod(shapes[node.id]) <= FOLD_LIMIT):
         with np.errstate(all="ignore"):
             return _constant(node, opdef.kernel(*(nodes[j].value for j in node.inputs), **node.attrs))
     return node
+
+
+def _all_constant(inputs, nodes) -> bool:
+    for j in inputs:
+        if nodes[j].op != "constant":
+            return False
+    return True
 
 
 def _constant(node, value):

@@ -202,7 +202,7 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
     opdef = REGISTRY[name]
     attrs = attrs or {}
     # (a plain Tensor has no _eager: looking it up would raise and catch an AttributeError per input)
-    if EAGER_HOOK is not None and any(type(x) is not Tensor and getattr(x, "_eager", False) for x in inputs):
+    if EAGER_HOOK is not None and _any_eager(inputs):
         return EAGER_HOOK(opdef, inputs, attrs)
     source = source or user_frame()
     try:
@@ -212,6 +212,14 @@ def apply(name, inputs, attrs=None, source=None) -> Tensor:
         kind = ShapeError if isinstance(err, ShapeError) else TypeError
         raise kind(f"{name}: {err}{_named_inputs(inputs)} (at {source})") from None
     return Tensor(name, inputs, attrs, shape, dtype, source=source)
+
+
+def _any_eager(inputs) -> bool:
+    # (a loop, not any() over a generator: every op of a million-node build and sweep asks)
+    for x in inputs:
+        if type(x) is not Tensor and getattr(x, "_eager", False):
+            return True
+    return False
 
 
 def _named_inputs(inputs) -> str:
@@ -246,7 +254,10 @@ def as_tensor(value, like=None) -> Tensor:
 
 def coerce(*values):
     """Tensors for ``values``; Python scalars adopt the dtype of the first tensor argument."""
-    if all(isinstance(v, Tensor) for v in values):
+    for v in values:            # (a loop, not all() over a generator: asked of every op of a big build)
+        if not isinstance(v, Tensor):
+            break
+    else:
         return values           # (the common case: every op of a sweep, eager tensors included)
     like = next((v.dtype for v in values if isinstance(v, Tensor) or hasattr(v, "_eager")), None)
     return tuple(as_tensor(v, like) for v in values)

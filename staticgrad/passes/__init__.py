@@ -5,6 +5,7 @@ The pipeline is an ordered list: no tags, no priorities.
 """
 from __future__ import annotations
 
+import operator
 import time
 import types
 from collections import Counter
@@ -109,13 +110,17 @@ def _changes(before, after) -> dict:
 
     Read off the two graphs' node dicts while both are alive anyway (no {id: op} map of each graph: two
     of those weigh hundreds of megabytes beside a million-node graph)."""
+    get = before.get
     return {
-        "removed_ids": sorted(i for i in before if i not in after),
-        "added_ids": sorted(i for i in after if i not in before),
-        "replaced_ids": sorted(i for i, n in after.items() if i in before and before[i].op != n.op),
+        "removed_ids": sorted(before.keys() - after.keys()),
+        "added_ids": sorted(after.keys() - before.keys()),
+        # (a node both graphs share is the same op: only the others are looked into)
+        "replaced_ids": sorted([i for i, n in after.items() if (old := get(i)) is not n and old is not None
+                                and old.op != n.op]),
     }
 
 
+_OP = operator.attrgetter("op")
 _NO_CHANGES = {"removed_ids": [], "added_ids": [], "replaced_ids": []}
 
 
@@ -127,7 +132,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
     rows = []
     previous = None
     done = set()           # idempotent passes that have run since the graph last changed
-    after = Counter(n.op for n in graph.nodes.values())
+    after = Counter(map(_OP, graph.nodes.values()))
     for fn in resolve(passes):
         # The previous pass's result is this one's input: its op counts are already known.
         before, n_before = after, len(graph.nodes)
@@ -146,7 +151,7 @@ def run_pipeline(graph, passes, lazy_costs=False):
         del before_graph, result       # (not alive while the next pass builds a third graph)
         if not unchanged:
             done.clear()
-            after = Counter(n.op for n in graph.nodes.values())
+            after = Counter(map(_OP, graph.nodes.values()))
         if fn in IDEMPOTENT or (unchanged and fn in _OURS):
             done.add(fn)
         if previous is None or (stats is not None and stats.changed) or after != before:

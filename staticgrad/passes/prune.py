@@ -24,7 +24,7 @@ def run(graph):
     that no output or update reads, is removed; ``stop_gradient`` (the identity at run time) is bypassed.
     Outputs are unchanged: only identities are bypassed and only unread nodes are dropped.
     """
-    req = requires_grad(graph)
+    before = graph
     bypassed = 0
 
     def visit(new, node):
@@ -37,8 +37,12 @@ def run(graph):
 
     graph = graph.rebuild(visit)
     live = graph.live()
-    dead = {i for i, n in graph.nodes.items()
-            if n.role == "backward" and i not in live and n.adjoint_of is not None and not req.get(n.adjoint_of, True)}
+    unread = [i for i, n in graph.nodes.items() if n.role == "backward" and i not in live and n.adjoint_of is not None]
+    dead = set()
+    if unread:      # (what requires grad is worked out only then: a map of every node of a big graph)
+        req = requires_grad(before)
+        dead = {i for i in unread if not req.get(graph.nodes[i].adjoint_of, True)}
+    del before
     if dead:
         graph = Graph({i: n for i, n in graph.nodes.items() if i not in dead}, graph.outputs, graph.updates,
                       graph.inputs)

@@ -4,9 +4,23 @@ import math
 import numpy as np
 
 from ..ops.registry import BROADCAST, ELEMENTWISE, LAYOUT, REGISTRY, SHAPE_OF_REF, is_a
-from ..rewrite import rewrite_graph, same_type, scalar_value
+from ..rewrite import rewrite_graph, same_type, scalar_value, when_an_input
 from ..tensor import LEAVES, ShapeError
 from .stats import PassStats
+
+
+# What a rule needs among a node's inputs to match at all (see rewrite.when_an_input).
+def _constant(x) -> bool:
+    return x.op == "constant"
+
+
+def _constant_or_negation(x) -> bool:
+    return x.op == "constant" or x.op == "neg"
+
+
+def _broadcast(x) -> bool:
+    opdef = REGISTRY.get(x.op)         # (is_a, one call less: asked of every input of every node)
+    return opdef is not None and opdef.flags & BROADCAST != 0
 
 
 def _identity_operand(rw, node, neutral, positions=(0, 1)):
@@ -58,6 +72,7 @@ def _negation_is_exact(b, node) -> bool:
     return b.dtype.kind in "fc" or b.dtype == node.dtype
 
 
+@when_an_input(_constant_or_negation)
 def add_zero(rw, node):
     """x + 0 -> x; a + -b -> a - b; -a + b -> b - a."""
     x = _zero_operand(rw, node, positions=(0, 1))
@@ -72,6 +87,7 @@ def add_zero(rw, node):
     return None
 
 
+@when_an_input(_constant_or_negation)
 def sub_zero(rw, node):
     """x - 0 -> x; a - -b -> a + b."""
     x = _zero_operand(rw, node, positions=(0,))
@@ -95,6 +111,7 @@ def _exact_merge(inner, outer) -> bool:
     return a >= 1.0 and b >= 1.0 and math.isfinite(a) and math.frexp(a)[0] == 0.5
 
 
+@when_an_input(_constant)
 def mul_one(rw, node):
     """x * 1 -> x; x * -1 -> -x; (x * c1) * c2 -> x * (c1 * c2) for scalar constants when that is exact."""
     x = _identity_operand(rw, node, 1)
@@ -120,6 +137,7 @@ def mul_one(rw, node):
     return None
 
 
+@when_an_input(_constant)
 def div_one(rw, node):
     """x / 1 -> x."""
     return _identity_operand(rw, node, 1, positions=(0,))
@@ -208,6 +226,7 @@ def _same_runtime_shape(rw, a, b) -> bool:
     return ra is not None and rb is not None and ra.id == rb.id
 
 
+@when_an_input(_broadcast)
 def scalar_broadcast(rw, node):
     """An elementwise op reading broadcast_to(c) of a scalar-shaped c reads c itself (numpy broadcasts),
     when another operand is known to have the broadcast's shape at run time."""
@@ -232,6 +251,7 @@ def scalar_broadcast(rw, node):
     return rw.make(node.op, inputs, node.attrs)
 
 
+@when_an_input(_broadcast)
 def unary_of_broadcast(rw, node):
     """f(broadcast(c)) -> broadcast(f(c)) for a constant c, with f(c) computed now."""
     (x,) = rw.inputs(node)

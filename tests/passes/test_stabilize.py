@@ -337,3 +337,18 @@ def test_stable_forms_that_negate_are_not_built_over_integers(build):
     x = sg.placeholder((3,), dtype="uint8", name="x")
     fn = sg.compile(build(x), inputs=[x], passes=["stabilize", "dce"])
     assert ops_of(fn)["softplus"] == ops_of(fn)["log_softmax"] == ops_of(fn)["neg"] == 0
+
+
+def test_a_graph_without_log_or_exp_is_returned_as_it_is():
+    # Every stable pattern holds a log or an exp (stable.TRIGGERS): without one the pass rewrites nothing,
+    # and says so without walking the rules; with one it still rewrites (exp(x) - 1 -> expm1(x)).
+    from staticgrad.graph import Graph
+    from staticgrad.passes import stabilize
+    from staticgrad.stable import RULES, TRIGGERS
+    x = sg.placeholder((3,), name="x")
+    plain = Graph.from_tensors([sg.tanh(x * 2.0) - 1.0 + sg.sqrt(x)], inputs=[x])
+    same, stats = stabilize.run(plain)
+    assert same is plain and stats.changed == 0 and stats.fixed_point
+    rewritten, stats = stabilize.run(Graph.from_tensors([sg.exp(x) - 1.0], inputs=[x]))
+    assert stats.changed == 1 and "expm1" in {n.op for n in rewritten.nodes.values()}
+    assert set(RULES) <= TRIGGERS | {"add", "sub"}     # (the add and sub rules look for an exp)
