@@ -81,15 +81,27 @@ def test_the_scalar_path_computes_each_op_it_claims(op):
     assert ran, f"{op}: no spec of it runs as scalar code"
 
 
-def _one_node_region(graph, order, shapes, op):
-    """A region of the op's node alone, when a loop can compute it."""
+def one_node_region(graph, order, shapes, op, broadcast=False):
+    """A region of the op's node alone, when a loop can compute it (``broadcast``: one that indexes each
+    axis, so that operands numpy broadcasts may differ in shape)."""
     node = next((graph.nodes[i] for i in reversed(order) if graph.nodes[i].op == op), None)
-    if node is None or not fuse._fusible(node, shapes, graph.nodes):
+    if node is None or not fuse._fusible(node, shapes, graph.nodes, broadcast=broadcast):
         return None, None
     region = fuse.Region(shapes[node.id])
     region.nodes = [node.id]
     fuse._connect(graph, [region])
     return node, region
+
+
+def operands(graph, order, node, arrays):
+    """The values of the plan's nodes up to ``node`` (its operands among them), computed by their kernels."""
+    values = dict(zip(graph.inputs, arrays))
+    values.update({i: n.value for i, n in graph.nodes.items() if n.op == "constant"})
+    for i in order[:order.index(node.id)]:
+        n = graph.nodes[i]
+        if i not in values:
+            values[i] = np.asarray(REGISTRY[n.op].kernel(*(values[j] for j in n.inputs), **n.attrs))
+    return values
 
 
 NUMBA_OPS = [op for op in OPS if claims(REGISTRY[op], "numba")]
@@ -115,15 +127,10 @@ def test_the_numba_loop_computes_each_op_it_claims(op, machine):
     for spec in specs_of(op):
         arrays = spec.draw()
         fn, graph, order, shapes = concrete(spec, arrays)
-        node, region = _one_node_region(graph, order, shapes, op)
+        node, region = one_node_region(graph, order, shapes, op)
         if node is None:
             continue        # (operands broadcast against each other: no flat index serves all)
-        values = dict(zip(graph.inputs, arrays))
-        values.update({i: n.value for i, n in graph.nodes.items() if n.op == "constant"})
-        for i in order[:order.index(node.id)]:     # the node's operands, computed by their kernels
-            n = graph.nodes[i]
-            if i not in values:
-                values[i] = np.asarray(REGISTRY[n.op].kernel(*(values[j] for j in n.inputs), **n.attrs))
+        values = operands(graph, order, node, arrays)
         kernel = Kernel(fuse.lower(graph, region, shapes, machine.opcode), machine.run)
         (got,) = kernel(*(values[j] for j in region.inputs))
         with np.errstate(all="ignore"):

@@ -5,28 +5,7 @@ import pytest
 
 from staticgrad.lower import fuse, region_source
 from staticgrad.ops import REGISTRY
-from tests.lower.test_backends import NUMBA_OPS, concrete, specs_of
-
-
-def _one_node_region(graph, order, shapes, op):
-    """A region of the op's node alone, with numpy's broadcasting among its operands."""
-    node = next((graph.nodes[i] for i in reversed(order) if graph.nodes[i].op == op), None)
-    if node is None or not fuse._fusible(node, shapes, graph.nodes, broadcast=True):
-        return None, None
-    region = fuse.Region(shapes[node.id])
-    region.nodes = [node.id]
-    fuse._connect(graph, [region])
-    return node, region
-
-
-def _operands(graph, order, node, arrays):
-    values = dict(zip(graph.inputs, arrays))
-    values.update({i: n.value for i, n in graph.nodes.items() if n.op == "constant"})
-    for i in order[:order.index(node.id)]:
-        n = graph.nodes[i]
-        if i not in values:
-            values[i] = np.asarray(REGISTRY[n.op].kernel(*(values[j] for j in n.inputs), **n.attrs))
-    return values
+from tests.lower.test_backends import NUMBA_OPS, concrete, one_node_region, operands, specs_of
 
 
 @pytest.mark.slow          # (one compile per op: seconds)
@@ -38,10 +17,10 @@ def test_a_regions_own_loop_computes_each_op_it_claims(op):
     for spec in specs_of(op):
         arrays = spec.draw()
         _, graph, order, shapes = concrete(spec, arrays)
-        node, region = _one_node_region(graph, order, shapes, op)
+        node, region = one_node_region(graph, order, shapes, op, broadcast=True)
         if node is None:
             continue
-        values = _operands(graph, order, node, arrays)
+        values = operands(graph, order, node, arrays)
         kernel = RegionKernel(graph, region, shapes)
         args = [float(np.asarray(values[j]).reshape(())) if how != "array" else values[j]
                 for j, how in zip(region.inputs, kernel.passing)]
