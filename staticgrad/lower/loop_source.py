@@ -41,6 +41,8 @@ class LoopWriter(Writer):
         self.lines[0] = f"def run({', '.join(args)}):"
         steps = f"len({whole[0]})" if spec.length is None and whole else str(spec.length)
         self.lines.append(f"    T = {steps}")
+        for k in self._read_only_risks(inputs):
+            self.lines.append(f"    if not {names[k]}.flags.writeable: {names[k]} = np.array({names[k]})")
         self.stacks, self.kept = [], []
         for k, (shape, dtype) in enumerate(spec.stacked):
             name = _unused(f"stacked{k}", self.taken)
@@ -66,6 +68,16 @@ class LoopWriter(Writer):
         self.sliced = list(zip(slices, whole))
         self.lines.append("")           # (the loop's line: finish writes it, knowing which rows are written)
         self.first_body_line = len(self.lines)
+
+    def _read_only_risks(self, inputs):
+        """The positions of the carries and every-step values a compiled region reads as arrays. numba
+        compiles a region's loop once per argument type, read-only or not; a constant's array is read-only
+        (a reverse loop's zero carry, say), and the first step would compile a region a second time (0.2 s
+        or more, cold): such an input is copied once per call instead."""
+        spec, read = self.loop, set()
+        for kernel, region in self.region_at.values():
+            read.update(j for j, how in zip(region.inputs, getattr(kernel, "passing", ())) if how == "array")
+        return [k for k, i in enumerate(inputs) if i in read and not spec.C <= k < spec.C + spec.X]
 
     def loop_line(self):
         """``for t in range(T):``, the slices and the rows written through ``out=`` taken by the loop itself

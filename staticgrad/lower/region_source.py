@@ -22,6 +22,7 @@ import numpy as np
 from . import fuse, vector_math
 
 NAME = "region"
+FLAT_BELOW = 16     # elements in a row: a region of shorter ones runs one flat loop over them all
 # Templates run by a polynomial: (the call, the limit on its argument beyond which libm's call is needed,
 # or None when the polynomial covers every number: tanh's gives +-1 for the infinities, nan is passed on).
 POLYNOMIAL = {"tanh({0})": ("tanh_fma_kernel({0})", None),
@@ -53,9 +54,11 @@ def source(graph, region, shapes, over=None) -> str:
     full = [k for k, j in enumerate(region.inputs) if not is_scalar(shapes[j], shape)]
     arrays = {k: f"a{k}" for k in full}
     dims = len(shape)
-    if dims >= 2 and all(tuple(shapes[region.inputs[k]]) == shape for k in full):
-        # No operand broadcasts: one loop over the elements in memory order (the outputs are C-ordered
-        # arrays, so their flat views are themselves; an input of another layout is copied in that order).
+    if dims >= 2 and shape[-1] < FLAT_BELOW and all(tuple(shapes[region.inputs[k]]) == shape for k in full):
+        # No operand broadcasts, short rows: one loop over the elements in memory order (the outputs are
+        # C-ordered arrays, so their flat views are themselves; an input of another layout is copied in
+        # that order). Not for longer rows, whose loop nest vectorizes as well: each ravel() costs numba
+        # a function of its own to compile (about 0.15 s a region, cold).
         arrays = {k: f"f{k}" for k in full}
         lines += [f"    f{k} = a{k}.ravel()" for k in full] + [f"    {t}f = {t}.ravel()" for t in outs]
         targets = [f"f{t[1:]}" if t.startswith("a") else f"{t}f" for t in targets]
