@@ -124,7 +124,7 @@ def _compile(templates):
 
         namespace = dict(helpers())
         exec(compile(source, "<staticgrad interpreter>", "exec"), namespace)
-        interpret = numba.njit(namespace["interpret"], error_model="numpy")
+        interpret = numba.njit(namespace["interpret"], error_model="numpy", no_cfunc_wrapper=True)
     interpret(np.zeros((0, 6), np.int64), np.zeros(0), np.zeros(1), np.zeros((1, 1)), 1, 1)   # compile now
     return interpret
 

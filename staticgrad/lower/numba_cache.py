@@ -31,7 +31,7 @@ globals().update(helpers())
 '''
 FOOTER = '''
 
-{name} = numba.njit({name}, error_model="numpy", cache=True)
+{name} = numba.njit({name}, error_model="numpy", no_cfunc_wrapper=True, cache=True)
 '''
 
 

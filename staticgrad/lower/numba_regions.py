@@ -85,7 +85,7 @@ def compiled(source, signature):
 
             namespace = dict(helpers())
             exec(compile(source, "<staticgrad region>", "exec"), namespace)
-            run = numba.njit(namespace[region_source.NAME], error_model="numpy")
+            run = numba.njit(namespace[region_source.NAME], error_model="numpy", no_cfunc_wrapper=True)
         _compiled[source] = run
     if signature not in run.signatures:
         run.compile(signature)
