@@ -211,6 +211,10 @@ class ScanRunner:
             return tuple(self.program.run(*arrays)[0])     # (the loop is in the body's own source)
         C, X, T = self.C, self.X, self.length
         carry = list(arrays[:C])
+        if getattr(self.program, "kind", None) == "numba":
+            # (numba compiles a region's loop once per argument type, read-only or not: a constant's
+            # read-only array as the first carry would compile a region again at the first step)
+            carry = [np.array(c) if isinstance(c, np.ndarray) and not c.flags.writeable else c for c in carry]
         xs, caps = arrays[C:C + X], arrays[C + X:]
         kept = [j for j in range(C, len(self.values)) if j not in self.lazy]
         ys = [np.empty(*self.values[j]) for j in kept]

@@ -59,13 +59,15 @@ def test_an_rnn_and_its_gradients_equal_the_numpy_backend(checkpoint, reverse):
     assert fn.report().summary["numba_compile_seconds"] > 0
 
 
-def test_a_read_only_carry_compiles_no_region_a_second_time(monkeypatch):
-    # The reverse loop's first carry is a constant of zeros (read-only): copied once per call, so each
-    # region's loop is compiled for the one argument type found at compile time, not again at run time.
+@pytest.mark.parametrize("checkpoint", [None, 4])
+def test_a_read_only_carry_compiles_no_region_a_second_time(monkeypatch, checkpoint):
+    # The reverse loop's first carry is a constant of zeros (read-only): copied once per call (by the
+    # loop in the body's source, or by the runner of a checkpointed scan), so each region's loop is
+    # compiled for the one argument type found at compile time, not again at run time.
     monkeypatch.setattr(numba_regions, "_compiled", {})
-    inputs, outputs, feeds = rnn()
+    inputs, outputs, feeds = rnn(checkpoint=checkpoint)
     fn = both(outputs, inputs, feeds)
-    assert "flags.writeable" in body_source(fn) and len(numba_regions._compiled) >= 2
+    assert ("flags.writeable" in body_source(fn)) == (checkpoint is None) and len(numba_regions._compiled) >= 2
     fn(*feeds)
     assert all(len(run.signatures) == 1 for run in numba_regions._compiled.values())
 
