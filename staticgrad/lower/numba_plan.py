@@ -88,7 +88,8 @@ def _choose(graph, regions, order, shapes, own, in_loop):
 
 def weight(graph, region, shapes) -> int:
     """What compiling a region's own loop costs, in nodes: a polynomial weighs as much as 16 arithmetic
-    nodes (cold, 0.3 s for 24 nodes of arithmetic, 0.8 s for 4 tanh and 4 nodes beside them)."""
+    nodes (CPU time cold, after numba's own setup: 0.15 s for 24 nodes of arithmetic, 0.8 s for 4 tanh
+    and 8 nodes beside them: each tanh's polynomial is inlined and typed again)."""
     nodes = graph.nodes
     polynomials = sum(fuse.template(nodes, shapes, nodes[i]) in region_source.POLYNOMIAL for i in region.nodes)
     return len(region.nodes) + POLYNOMIAL_WEIGHT * polynomials
@@ -108,7 +109,7 @@ def own_loop_gains(graph, region, shapes) -> bool:
 
 def pays_once(graph, region, shapes) -> bool:
     """Whether a region of a plan that runs once a call (not a loop's body, run step after step) is worth
-    a loop of its own, compiled once per process (0.2-0.3 s, then loaded from disk): where the interpreter
+    a loop of its own, compiled once per process (0.1-0.2 s cold, then loaded from disk): where the interpreter
     would fuse it, or where it saves hundreds of µs a call, two nodes or more of float64 over LARGE numbers
     or more (one pass over memory instead of one per node: 2.4-3.6x numpy's calls over a million numbers).
     Over float32 numpy's calls are as fast (a step of B, the MLP, or of V1, the CNN, gains nothing)."""
