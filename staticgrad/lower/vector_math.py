@@ -57,7 +57,9 @@ _EXPM1 = tuple(float(Fraction(1, math.factorial(n))) for n in range(14, 1, -1)) 
 POW2 = np.array([2.0 ** k for k in range(64)])     # numba reads a global array as a constant
 
 
-# Each kernel is self-contained (numba compiles it as it is, calling nothing but math).
+# Each kernel is self-contained (numba compiles it as it is, calling nothing but math). No min() or
+# int(): newer numbas compile those as functions of their own on first use (0.025 s each, cold);
+# math.floor gives an int in Python and in numba alike.
 
 def sin_cos_kernel(x, want_cos):
     """sin(x) (``want_cos`` False) or cos(x) for |x| <= SIN_COS_LIMIT, in straight-line arithmetic."""
@@ -81,7 +83,7 @@ def sin_cos_kernel(x, want_cos):
     half = 0.5 * z
     head = 1.0 - half
     c = head + (((1.0 - head) - half) + (q - r * rr))   # cos(r + rr): 1 - z/2 rounds once, its error kept
-    n = int(k) + (1 if want_cos else 0)      # cos(x) = sin(x + pi/2): one quadrant on
+    n = k + (1 if want_cos else 0)           # cos(x) = sin(x + pi/2): one quadrant on
     v = c if n & 1 else s
     v = -v if n & 2 else v
     return x if x == 0.0 and not want_cos else v      # sin(-0.0) is -0.0; the sum above gives +0.0
@@ -89,13 +91,14 @@ def sin_cos_kernel(x, want_cos):
 
 def tanh_kernel(x):
     """tanh(x) for finite x, in straight-line arithmetic."""
-    y = 2.0 * min(abs(x), TANH_ONE)
+    y = abs(x)
+    y = 2.0 * (y if y < TANH_ONE else TANH_ONE)
     k = math.floor(y * INV_LN2 + 0.5)
     r = (y - k * LN2_HI) - k * LN2_LO
     a = _EXPM1
     p = ((((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * r + a[6]) * r + a[7]
     p = r + r * r * (((((p * r + a[8]) * r + a[9]) * r + a[10]) * r + a[11]) * r + a[12])
-    scale = POW2[int(k)]
+    scale = POW2[k]
     e = scale * p + (scale - 1.0)            # expm1(y) = 2**k * (expm1(r) + 1) - 1
     return math.copysign(e / (e + 2.0), x)
 
@@ -109,7 +112,8 @@ def fmuladd(a, b, c):
 def tanh_fma_kernel(x):
     """tanh_kernel with its polynomial in fused multiply-adds: a fifth faster in a compiled loop, within
     3 ulp of numpy's as well (its bits may differ from tanh_kernel's in the last place)."""
-    y = 2.0 * min(abs(x), TANH_ONE)
+    y = abs(x)
+    y = 2.0 * (y if y < TANH_ONE else TANH_ONE)
     k = math.floor(y * INV_LN2 + 0.5)
     r = (y - k * LN2_HI) - k * LN2_LO
     a = _EXPM1
@@ -117,6 +121,6 @@ def tanh_fma_kernel(x):
     p = fmuladd(fmuladd(fmuladd(fmuladd(p, r, a[5]), r, a[6]), r, a[7]), r, a[8])
     p = fmuladd(fmuladd(fmuladd(fmuladd(p, r, a[9]), r, a[10]), r, a[11]), r, a[12])
     p = r + r * r * p
-    scale = POW2[int(k)]
+    scale = POW2[k]
     e = scale * p + (scale - 1.0)            # expm1(y) = 2**k * (expm1(r) + 1) - 1
     return math.copysign(e / (e + 2.0), x)
