@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import staticgrad as sg
+from staticgrad.graph import ancestors
 from staticgrad.loops import reroll
 from staticgrad.testing import check_grads
 
@@ -189,3 +190,23 @@ def test_the_loop_keeps_the_users_line_and_says_it_was_rolled(small):
     scans = [n for n in fn.ir.nodes.values() if n.op == "scan"]
     assert any(n.attrs["body"].name == "rolled stretch of 3 ops" for n in scans)
     assert all("test_reroll.py" in n.source for n in scans)
+
+
+def test_a_value_of_the_last_copy_that_no_copy_carries_comes_out_as_a_carry_of_its_own(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
+        x = sg.sin(x0)
+        for _ in range(STEPS):
+            y = x * 0.9                     # (read by the next line only: no copy carries it)
+            x = sg.sin(y)
+        loss = sg.sum(x) + sg.sum(y * y)
+        return [loss, sg.grad(loss, x0)], [x0]
+
+    outs, _ = build()
+    (loss,), _ = reroll.roll([outs[0]], ancestors([outs[0]]))
+    scans = [t for t in ancestors([loss]).values() if t.op == "scan"]
+    assert [t.attrs["n_carry"] for t in scans] == [2]
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert "scan" in ops_of(fn)
+    for a, b in zip(rolled, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
