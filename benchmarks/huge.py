@@ -12,8 +12,12 @@ own: the process prints one line per stage as it finishes (seconds on both clock
 then a result line. The parent prints the table and writes JSON. At the end the outputs are compared
 with a plain numpy loop doing the same sweep by hand (values and the three gradients).
 
+Graphs of 200,000 op nodes and more are rolled (``staticgrad.loops.reroll``): the repeated cycle is held
+as one scan. ``--unrolled`` turns that off, to measure straight-line code at any size.
+
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks.huge
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks.huge --ops 100002 --timeout 600
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks.huge --ops 1000002 --unrolled
 """
 from __future__ import annotations
 
@@ -69,9 +73,11 @@ def _report(kind, payload):
     print(f"@@{kind} {json.dumps(payload)}", flush=True)
 
 
-def child(ops: int) -> dict:
+def child(ops: int, unrolled: bool = False) -> dict:
     """Run every stage for ``ops`` forward op nodes in this process; print a line per stage."""
     import staticgrad as sg
+    if unrolled:
+        sg.loops.reroll.MIN_NODES = sys.maxsize
     sys.setrecursionlimit(10_000)     # (nothing may need more: a million-node graph must not recurse)
     from .workloads import Stopwatch, outputs_close
     data, cycles = make_data(), cycles_for(ops)
@@ -101,14 +107,15 @@ def child(ops: int) -> dict:
     ok, err = outputs_close(got, reference(data, cycles), RTOL)
     result = {"ops": ops, "forward_ops": cycles * len(CYCLE), "cycles": cycles, "ok": ok, "max_rel_err": err,
               "peak_rss": peak_rss_bytes(), "nodes": len(fn.ir.nodes), "program": fn.program.kind,
+              "rolled": "scan" in fn.ir.op_counts(),
               "stats": fn.program.stats}
     _report("result", result)
     return result
 
 
-def run_one(ops, timeout, env=None) -> dict:
+def run_one(ops, timeout, env=None, unrolled=False) -> dict:
     """Run ``child(ops)`` in a fresh process; its stages and result (or how far it got in ``timeout``)."""
-    cmd = [sys.executable, "-m", "benchmarks.huge", "--child", str(ops)]
+    cmd = [sys.executable, "-m", "benchmarks.huge", "--child", str(ops)] + (["--unrolled"] if unrolled else [])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root, env=env)
@@ -135,7 +142,8 @@ def run_one(ops, timeout, env=None) -> dict:
 
 def format_table(entries, clock="cpu") -> str:
     key = f"{clock}_s"
-    head = f"{'forward ops':>12} " + " ".join(f"{s:>11}" for s in STAGES) + f" {'first 4':>8} {'peak RSS':>9}  status"
+    head = (f"{'forward ops':>12} " + " ".join(f"{s:>11}" for s in STAGES)
+            + f" {'first 4':>8} {'peak RSS':>9}  graph     status")
     lines = [f"Huge chain x = tanh(x*c + d) on {SIZE} floats: seconds per stage ({clock} clock), peak RSS", head]
     for e in entries:
         stages = e["stages"]
@@ -143,7 +151,8 @@ def format_table(entries, clock="cpu") -> str:
         first4 = sum(stages[s][key] for s in STAGES[:4] if s in stages)
         rss = max((s["peak_rss"] for s in stages.values()), default=0) / 2**30
         ops = e.get("result", {}).get("forward_ops", e["ops"])
-        lines.append(f"{ops:>12,} " + " ".join(cells) + f" {first4:>8.2f} {rss:>7.2f} GB  {e['status']}")
+        graph = {True: "rolled", False: "unrolled"}.get(e.get("result", {}).get("rolled"), "-")
+        lines.append(f"{ops:>12,} " + " ".join(cells) + f" {first4:>8.2f} {rss:>7.2f} GB  {graph:<9} {e['status']}")
     return "\n".join(lines)
 
 
@@ -154,16 +163,18 @@ def main(argv=None) -> int:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="what the table shows: process CPU time (the machine is shared) or wall time")
     parser.add_argument("--out", default=None, help="JSON file (default: benchmarks/results/huge-<date>.json)")
+    parser.add_argument("--unrolled", action="store_true",
+                        help="keep every graph straight-line (no rolling into a scan, whatever its size)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        child(args.child)
+        child(args.child, args.unrolled)
         return 0
     from .cli import ROOT, bench_env, machine_info
     entries = []
     for ops in (int(n) for n in args.ops.split(",")):
         print(f"[huge] {ops:,} forward ops ...", file=sys.stderr, flush=True)
-        entries.append(run_one(ops, args.timeout, env=bench_env(1)))
+        entries.append(run_one(ops, args.timeout, env=bench_env(1), unrolled=args.unrolled))
         print(format_table(entries[-1:], args.clock).splitlines()[-1], file=sys.stderr, flush=True)
     print(format_table(entries, args.clock))
     doc = {"schema": 1, "command": " ".join(sys.argv), "machine": machine_info(), "entries": entries}

@@ -368,9 +368,18 @@ def _symbolic_sweep(y, wrt, seed):
     return _sweep_from([y], [seed], wrt)
 
 
+# Rewrites of the whole graph before it is differentiated, each ``(ys, ancestors of ys, wrt) -> (ys,
+# ancestors)``, given by the layers above (loops rolls huge repeated stretches into scans: autodiff cannot
+# import loops, which builds its reverse bodies with this sweep).
+BEFORE_SWEEP = []
+
+
 def _sweep_from(ys, seeds, wrt):
     origin = {}
-    twin = stable_twin(sorted(ancestors(ys).values(), key=lambda t: t.id), wrt, origin)
+    found = ancestors(ys)
+    for rewrite in BEFORE_SWEEP:
+        ys, found = rewrite(ys, found, wrt)
+    twin = stable_twin(sorted(found.values(), key=lambda t: t.id), wrt, origin)
     tys, twrt = [twin.get(y.id, y) for y in ys], [twin.get(w.id, w) for w in wrt]
     cone = set().union(*[_cone(ty, twrt) for ty in tys])
     roots = [(ty, s) for ty, s in zip(tys, seeds) if ty.id in cone]

@@ -10,6 +10,7 @@ from . import passes as passes_mod
 from .eager import is_eager
 from .function import Function
 from .graph import Graph, ancestors
+from .loops import roll
 from .lower import Backend, as_backend
 from .ops import broadcast_to
 from .ops.registry import REGISTRY, as_tensor
@@ -88,6 +89,14 @@ def number_draws(graph):
         counts[key] = node.attrs["index"] + 1
 
 
+def _rolled(outs, pairs):
+    """(outputs, updates, their ancestors) with a huge graph's long repeated stretches held as scans (as
+    sg.grad holds them: ``loops.reroll``)."""
+    tensors = outs + [e for _, e in pairs]
+    tensors, found = roll(tensors, ancestors(tensors))
+    return tensors[:len(outs)], [(p, e) for (p, _), e in zip(pairs, tensors[len(outs):])], found
+
+
 def _placeholders(found):
     return sorted((t for t in found.values() if t.op == "placeholder"), key=lambda t: t.id)
 
@@ -126,7 +135,7 @@ def _compile(outputs, inputs, updates, optimize, passes, backend, source):
         raise ValueError(f"compile: passes={passes!r} with optimize=False would run no pass; drop one of "
                          f"them (at {source})")
     pairs = _normalize_updates(updates, source)
-    found = ancestors(outs + [e for _, e in pairs])
+    outs, pairs, found = _rolled(outs, pairs)
     implicit = _implicit_updates(found, pairs, source)
     if implicit:
         pairs += implicit

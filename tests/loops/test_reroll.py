@@ -1,0 +1,212 @@
+"""Rolling huge repeated stretches into scans (staticgrad/loops/reroll.py), tried at small sizes: the
+thresholds are lowered for each test, and every result is compared with the same graph left unrolled."""
+import numpy as np
+import pytest
+
+import staticgrad as sg
+from staticgrad.graph import ancestors
+from staticgrad.loops import reroll
+from staticgrad.testing import check_grads
+
+R = np.random.default_rng(11)
+STEPS = 40
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Roll graphs of 50 op nodes and stretches of 10 copies."""
+    monkeypatch.setattr(reroll, "MIN_NODES", 50)
+    monkeypatch.setattr(reroll, "MIN_STEPS", 10)
+
+
+def rand(*shape):
+    return R.uniform(-0.5, 0.5, shape)
+
+
+def chain(x, c, d, steps=STEPS):
+    for _ in range(steps):
+        x = sg.tanh(x * c + d)
+    return x
+
+
+def ops_of(fn):
+    return fn.ir.op_counts()
+
+
+def run_both(build, feeds, monkeypatch):
+    """(outputs rolled, outputs unrolled, the rolled function) of ``build()`` -> (outputs, inputs)."""
+    outs, inputs = build()
+    rolled = sg.compile(outs, inputs=inputs)
+    monkeypatch.setattr(reroll, "MIN_NODES", 10**9)
+    outs, inputs = build()
+    plain = sg.compile(outs, inputs=inputs)
+    assert "scan" not in ops_of(plain)
+    return rolled(*feeds), plain(*feeds), rolled
+
+
+def tanh_chain_and_grads():
+    x0 = sg.placeholder((10,), name="x0", requires_grad=True)
+    c, d = sg.parameter(np.linspace(0.5, 1.0, 10), name="c"), sg.parameter(np.linspace(-0.1, 0.1, 10), name="d")
+    loss = sg.sum(chain(x0, c, d))
+    return [loss] + sg.grad(loss, [x0, c, d]), [x0]
+
+
+def test_a_chain_becomes_one_scan_and_its_values_keep_their_bits(small, monkeypatch):
+    x = rand(10)
+    rolled, plain, fn = run_both(tanh_chain_and_grads, [x], monkeypatch)
+    assert ops_of(fn)["scan"] == 2                  # the forward loop (grad's and compile's are one) and its reverse
+    assert ops_of(fn)["tanh"] < 5
+    assert rolled[0] == plain[0]                    # the same ops in the same order
+    np.testing.assert_array_equal(rolled[1], plain[1])
+    for a, b in zip(rolled[2:], plain[2:]):         # (summed in another order: last bits may differ)
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+def test_below_the_thresholds_nothing_changes():
+    outs, inputs = tanh_chain_and_grads()
+    assert "scan" not in ops_of(sg.compile(outs, inputs=inputs))
+
+
+def test_gradients_through_a_rolled_chain_match_finite_differences_to_second_order(small):
+    check_grads(lambda x, c, d: chain(x, c, d, 30), [rand(3), 0.5 + rand(3), rand(3)], order=2)
+
+
+def test_constants_equal_in_every_copy_roll_and_weights_are_read_every_step(small, monkeypatch):
+    W = sg.parameter(rand(4, 4), name="W")
+
+    def build():
+        h = sg.placeholder((2, 4), name="h0", requires_grad=True)
+        h0 = h
+        for _ in range(STEPS):
+            h = sg.tanh(h @ W) * 0.5 + 1.0       # (new constants every copy, equal by value)
+        loss = sg.sum(h * h)
+        return [loss] + sg.grad(loss, [h0, W]), [h0]
+
+    rolled, plain, fn = run_both(build, [rand(2, 4)], monkeypatch)
+    assert "scan" in ops_of(fn)
+    for a, b in zip(rolled, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_value_read_in_the_middle_cuts_the_stretch_there(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
+        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        mid = chain(x0, c, d, 25)
+        end = chain(mid, c, d, 25)
+        loss = sg.sum(end) + 2.0 * sg.sum(mid * mid)
+        return [loss, sg.grad(loss, x0)], [x0]
+
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert "scan" in ops_of(fn)
+    np.testing.assert_allclose(rolled[0], plain[0], rtol=1e-14)
+    np.testing.assert_allclose(rolled[1], plain[1], rtol=1e-12)
+
+
+def test_a_gradient_asked_for_inside_a_chain_is_the_unrolled_one(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0")
+        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        mid = chain(x0, c, d, 20)
+        loss = sg.sum(chain(mid, c, d, 20))
+        return [loss, sg.grad(loss, mid)], [x0]
+
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert "scan" in ops_of(fn)
+    assert np.all(rolled[1] != 0)
+    np.testing.assert_allclose(rolled[1], plain[1], rtol=1e-12)
+
+
+def test_an_output_inside_a_chain_stays_an_output(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0")
+        c = sg.constant(np.full(3, 0.9))
+        mid = chain(x0, c, c, 30)
+        return [sg.sum(chain(mid, c, c, 30)), mid], [x0]
+
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert ops_of(fn)["scan"] == 2
+    for a, b in zip(rolled, plain):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_two_chains_built_in_one_loop_roll_into_one_scan_with_two_carries(small, monkeypatch):
+    def build():
+        a0 = sg.placeholder((2,), name="a0", requires_grad=True)
+        b0 = sg.placeholder((2,), name="b0", requires_grad=True)
+        a, b = a0, b0
+        for _ in range(STEPS):
+            a, b = sg.sin(a) + 0.1 * b, sg.cos(b) * 0.9
+        loss = sg.sum(a * b)
+        return [loss] + sg.grad(loss, [a0, b0]), [a0, b0]
+
+    rolled, plain, fn = run_both(build, [rand(2), rand(2)], monkeypatch)
+    assert ops_of(fn)["scan"] == 2
+    for a, b in zip(rolled, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_training_updates_through_a_rolled_chain(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((4,), name="x0")
+        c = sg.parameter(np.full(4, 0.8), name="c")
+        loss = sg.sum(chain(x0, c, 0.05) ** 2)
+        return ([loss], [x0]), [(c, c - 0.1 * sg.grad(loss, c))], c
+
+    values = []
+    for limit in (50, 10**9):
+        monkeypatch.setattr(reroll, "MIN_NODES", limit)
+        (outs, inputs), updates, c = build()
+        fn = sg.compile(outs, inputs=inputs, updates=updates)
+        assert ("scan" in ops_of(fn)) == (limit == 50)
+        x = np.linspace(-0.5, 0.5, 4)
+        values.append([fn(x)[0], fn(x)[0], c.value.copy()])
+    for a, b in zip(*values):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_random_draws_are_never_rolled(small):
+    key = sg.random.key(0)
+    x = sg.placeholder((3,), name="x")
+    for _ in range(STEPS):
+        x = x + sg.random.normal((3,), key=key)
+    fn = sg.compile(sg.sum(x))
+    assert "scan" not in ops_of(fn)
+    assert len({float(fn(x=np.zeros(3))) for _ in range(3)}) == 3      # (each call draws anew)
+
+
+def test_a_rolled_function_saves_and_loads(small, tmp_path):
+    outs, inputs = tanh_chain_and_grads()
+    fn = sg.compile(outs, inputs=inputs)
+    path = sg.save(fn, tmp_path / "rolled.sgz")
+    x = rand(10)
+    for a, b in zip(sg.load(path)(x), fn(x)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_loop_keeps_the_users_line_and_says_it_was_rolled(small):
+    outs, inputs = tanh_chain_and_grads()
+    fn = sg.compile(outs, inputs=inputs)
+    scans = [n for n in fn.ir.nodes.values() if n.op == "scan"]
+    assert any(n.attrs["body"].name == "rolled stretch of 3 ops" for n in scans)
+    assert all("test_reroll.py" in n.source for n in scans)
+
+
+def test_a_value_of_the_last_copy_that_no_copy_carries_comes_out_as_a_carry_of_its_own(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
+        x = sg.sin(x0)
+        for _ in range(STEPS):
+            y = x * 0.9                     # (read by the next line only: no copy carries it)
+            x = sg.sin(y)
+        loss = sg.sum(x) + sg.sum(y * y)
+        return [loss, sg.grad(loss, x0)], [x0]
+
+    outs, _ = build()
+    (loss,), _ = reroll.roll([outs[0]], ancestors([outs[0]]))
+    scans = [t for t in ancestors([loss]).values() if t.op == "scan"]
+    assert [t.attrs["n_carry"] for t in scans] == [2]
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert "scan" in ops_of(fn)
+    for a, b in zip(rolled, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
