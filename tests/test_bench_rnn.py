@@ -193,3 +193,13 @@ def test_the_speed_goal_is_judged_by_time_too():
     doc["workloads"][0]["results"]["torch"]["median_s"] = 0.9e-3     # (its own hand numpy ran faster)
     line = rnn_report.rnn_goal_lines(doc)[2]
     assert "fastest peer torch 0.9 ms" in line and line.endswith("NOT met"), line
+
+
+def test_the_numba_backend_is_judged_too_when_it_ran():
+    doc = _fake_doc(0.95, 0.9, 0.5, 4_000_000, 500_000)
+    results = doc["workloads"][0]["results"]
+    results["staticgrad[numba]"] = {**results["staticgrad"], "ratio": 0.6, "median_s": 0.6e-3}
+    lines = rnn_report.rnn_goal_lines(doc)
+    assert lines[2].startswith("  R2: 0.95") and lines[2].endswith("NOT met"), lines
+    assert lines[4].startswith("  R2 staticgrad[numba]: 0.60") and lines[4].endswith(": met"), lines
+    assert lines[5].startswith("  R2 staticgrad[numba] one-time costs") and lines[5].endswith(": met"), lines
