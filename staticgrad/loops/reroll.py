@@ -38,10 +38,13 @@ _SMALL = 16             # constants of at most this many elements are told apart
 def roll(tensors, found, keep=()):
     """(``tensors``, ``found``) with the graph's long repeated stretches rolled into scans (see above):
     each tensor that reads one rebuilt on the scan's results. ``found`` is ``ancestors(tensors)``;
-    ``keep``: tensors that must stay in the graph (those a gradient is asked for). Both come back as they
-    are when nothing is rolled."""
-    pinned = {t.id for t in keep} | {t.id for t in tensors}
-    twin = _remembered(found, pinned)
+    ``keep``: tensors that must stay in the graph as they are, with all they read (those a gradient is
+    asked for). Both come back as they are when nothing is rolled."""
+    # A tensor a gradient is asked of must stay the very tensor it is, so nothing it reads may change;
+    # the outputs may be rebuilt (the same values), but are never rolled away.
+    frozen = ancestors([t for t in keep if t.inputs])
+    pinned = set(frozen) | {t.id for t in tensors}
+    twin = {} if frozen else _remembered(found, pinned)
     if twin:
         tensors, found = _rebuilt(tensors, found, twin)
     if len(found) < MIN_NODES:
@@ -50,10 +53,12 @@ def roll(tensors, found, keep=()):
     if len(ops) < MIN_NODES:
         return tensors, found
     index = {t.id: i for i, t in enumerate(ops)}
-    codes, last_reader = _signatures(ops, index, pinned)
-    twin = {}
+    last_reader = _last_readers(ops, index)
+    codes = _signatures(ops, index, last_reader, pinned)
+    twin, done = {}, 0
     for start, period, steps in _periodic(codes):
-        twin.update(_rolled(ops, index, last_reader, start, period, steps))
+        _carry_over(ops[done:start], twin)      # (what this stretch reads may read an earlier one)
+        done = _rolled(ops, index, last_reader, (start, period, steps), twin)
     if not twin:
         return tensors, found
     return _rebuilt(tensors, found, twin)
@@ -79,43 +84,57 @@ def _remembered(found, pinned):
 def _rebuilt(tensors, found, twin):
     """``tensors`` and their ancestors with the tensors of ``twin`` ({id: tensor}) in place of those ids."""
     first = min(twin)
-    for i in sorted(i for i in found if i > first):     # (every reader was made after what it reads)
-        t = found[i]
-        if i in twin:
-            continue
-        inputs = tuple(twin.get(x.id, x) for x in t.inputs)
-        if any(a is not b for a, b in zip(inputs, t.inputs)):
-            twin[i] = copy_tensor(t, inputs)
-            twin[i].meta = t.meta       # (a batch norm's updates, a gradient's sweep: still this value's)
+    _carry_over([found[i] for i in sorted(found) if i > first], twin)   # (readers come after what they read)
     tensors = [twin.get(t.id, t) for t in tensors]
     return tensors, ancestors(tensors)
 
 
+def _carry_over(order, twin):
+    """Add to ``twin`` each tensor of ``order`` (inputs first) rebuilt on the inputs ``twin`` replaces."""
+    for t in order:
+        if t.id in twin:
+            continue
+        inputs = tuple(twin.get(x.id, x) for x in t.inputs)
+        if any(a is not b for a, b in zip(inputs, t.inputs)):
+            twin[t.id] = copy_tensor(t, inputs)
+            twin[t.id].meta = t.meta      # (a batch norm's updates, a gradient's sweep: still this value's)
+
+
 # ------------------------------------------------------------------ finding the stretches
-def _signatures(ops, index, pinned):
-    """(an int per op node, equal for nodes that would be equal in two copies of a stretch; for each node
-    the position of its last reader among ``ops``, or -1)."""
-    codes, table = [], {}
+def _last_readers(ops, index):
+    """For each op node, the position among ``ops`` of the last node that reads it (-1: none)."""
     last_reader = np.full(len(ops), -1, dtype=np.int64)
     for i, t in enumerate(ops):
-        keys = []
         for x in t.inputs:
             j = index.get(x.id)
             if j is not None:
                 last_reader[j] = i
-            keys.append(_input_key(x, i, j))
+    return last_reader
+
+
+def _near(j, last_reader) -> bool:
+    """Whether the op node at ``j`` (None: a leaf) is only read close by (a copy's own values and carries,
+    read by distance); a value read far on (a weight computed once, read every step) is read by identity."""
+    return j is not None and last_reader[j] - j <= MAX_PERIOD
+
+
+def _signatures(ops, index, last_reader, pinned):
+    """An int per op node, equal for nodes that would be equal in two copies of a stretch."""
+    codes, table = [], {}
+    for i, t in enumerate(ops):
         if _unrollable(t, pinned):
             sig = ("once", t.id)
         else:
+            keys = [_input_key(x, i, index.get(x.id), last_reader) for x in t.inputs]
             sig = (t.op, _attrs_key(t.attrs), t.dtype, t.shape, *keys)
         codes.append(table.setdefault(sig, len(table)))
-    return np.asarray(codes, dtype=np.int64), last_reader
+    return np.asarray(codes, dtype=np.int64)
 
 
-def _input_key(x, i, j):
+def _input_key(x, i, j, last_reader):
     """How node ``i`` reads ``x`` (``j``: x's position among the op nodes, None for a leaf): by distance
-    when it is near, by value when it is a small constant, else by identity."""
-    if j is not None and i - j <= MAX_PERIOD:
+    when x is read only close by, by value when it is a small constant, else by identity."""
+    if _near(j, last_reader):
         return i - j
     if x.op == "constant" and np.size(x.value) <= _SMALL:
         return ("constant", x.dtype, x.shape, np.asarray(x.value).tobytes())
@@ -162,33 +181,33 @@ def _periodic(codes):
 
 
 # ------------------------------------------------------------------ one stretch as a scan
-def _rolled(ops, index, last_reader, start, period, steps):
-    """{id: final carry} for the values of the stretch's last copy that later nodes read, the stretch
-    rolled into a scan; {} where it cannot be (a copy reading two copies back, a start of unknown shape)."""
+def _rolled(ops, index, last_reader, stretch, twin):
+    """Roll ``stretch`` (start, period, copies) into a scan: ``twin`` gets {id: final carry} for the values
+    of its last copy that later nodes read (reading what ``twin`` already replaces). Returns where the
+    rolled copies end, or ``start`` where it cannot be rolled (a copy reading two copies back, a start of
+    unknown shape)."""
+    start, period, steps = stretch
     steps = _cut(last_reader, start, period, steps)
-    if steps < MIN_STEPS:
-        return {}
-    template = ops[start:start + period]
-    wiring = _wiring(template, index, start, period)
     end = start + steps * period
+    template = ops[start:start + period]
+    wiring = _wiring(template, index, last_reader, start, twin)
     read_after = [q for q in range(period) if last_reader[end - period + q] >= end]
-    if wiring is None or not read_after:
-        return {}
+    if steps < MIN_STEPS or wiring is None or not read_after:
+        return start
     reads, carried = wiring
     slots = sorted(carried | set(read_after))
     init = _init(ops, start, period, slots, carried, template)
     if init is None:
-        return {}
-    final = _scan(template, reads, slots, init, steps)
+        return start
+    final = _scan(template, reads, slots, [twin.get(x.id, x) for x in init], steps)
     lo, hi = ops[start].id, ops[end - 1].id
-    twin = {}
     for q in read_after:
         last = ops[end - period + q]
         twin[last.id] = final[slots.index(q)]
         if last.meta is None:
             last.meta = {}
         last.meta["rolled_as"] = (twin[last.id], lo, hi)
-    return twin
+    return end
 
 
 def _cut(last_reader, start, period, steps):
@@ -198,17 +217,18 @@ def _cut(last_reader, start, period, steps):
     return steps if not len(outside) else int(outside[0]) // period + 1
 
 
-def _wiring(template, index, start, period):
+def _wiring(template, index, last_reader, start, twin):
     """(per node of the first copy, where each input comes from: ("body", position), ("carry", position of
-    the previous copy) or ("outer", tensor); the positions carried to the next copy), or None."""
-    reads, carried = [], set()
+    the previous copy) or ("outer", tensor); the positions carried to the next copy), or None. Read as the
+    signatures read it (``_input_key``): by distance, or else the same tensor every copy."""
+    reads, carried, period = [], set(), len(template)
     for q, t in enumerate(template):
         row = []
         for x in t.inputs:
             j = index.get(x.id)
-            k = start + q - j if j is not None else None
-            if k is None or k > MAX_PERIOD:
-                row.append(("outer", x))
+            k = start + q - j if _near(j, last_reader) else None
+            if k is None:
+                row.append(("outer", twin.get(x.id, x)))
             elif k <= q:
                 row.append(("body", q - k))
             elif k <= q + period:

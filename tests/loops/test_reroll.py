@@ -210,3 +210,20 @@ def test_a_value_of_the_last_copy_that_no_copy_carries_comes_out_as_a_carry_of_i
     assert "scan" in ops_of(fn)
     for a, b in zip(rolled, plain):
         np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+def test_two_stretches_one_after_the_other_become_two_loops_and_nothing_stays_unrolled(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
+        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        x = chain(x0, c, d, 30)
+        bridge = x * 2.0                    # (between the two: read by the second's first copy)
+        for _ in range(60):                 # (the first 21 read the bridge less than 64 nodes back)
+            x = sg.sin(x) * 0.5 + bridge
+        loss = sg.sum(x)
+        return [loss, sg.grad(loss, x0)], [x0]
+
+    rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
+    assert ops_of(fn)["scan"] == 4 and ops_of(fn).get("tanh", 0) + ops_of(fn).get("sin", 0) < 6, ops_of(fn)
+    for a, b in zip(rolled, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
