@@ -23,6 +23,12 @@ def rand(*shape):
     return R.uniform(-0.5, 0.5, shape)
 
 
+def start(requires_grad=True):
+    """A placeholder x0 of 3 numbers and two constants c, d for ``chain``."""
+    x0 = sg.placeholder((3,), name="x0", requires_grad=requires_grad)
+    return x0, sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+
+
 def chain(x, c, d, steps=STEPS):
     for _ in range(steps):
         x = sg.tanh(x * c + d)
@@ -33,10 +39,17 @@ def ops_of(fn):
     return fn.ir.op_counts()
 
 
+def all_close(got, want, rtol):
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=rtol)
+
+
 def run_both(build, feeds, monkeypatch):
-    """(outputs rolled, outputs unrolled, the rolled function) of ``build()`` -> (outputs, inputs)."""
+    """(outputs rolled, outputs unrolled, the rolled function) of ``build()`` -> (outputs, inputs); the
+    rolled one must hold a scan."""
     outs, inputs = build()
     rolled = sg.compile(outs, inputs=inputs)
+    assert "scan" in ops_of(rolled)
     monkeypatch.setattr(reroll, "MIN_NODES", 10**9)
     outs, inputs = build()
     plain = sg.compile(outs, inputs=inputs)
@@ -83,36 +96,30 @@ def test_constants_equal_in_every_copy_roll_and_weights_are_read_every_step(smal
         return [loss] + sg.grad(loss, [h0, W]), [h0]
 
     rolled, plain, fn = run_both(build, [rand(2, 4)], monkeypatch)
-    assert "scan" in ops_of(fn)
-    for a, b in zip(rolled, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+    all_close(rolled, plain, 1e-12)
 
 
 def test_a_value_read_in_the_middle_cuts_the_stretch_there(small, monkeypatch):
     def build():
-        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
-        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        x0, c, d = start()
         mid = chain(x0, c, d, 25)
         end = chain(mid, c, d, 25)
         loss = sg.sum(end) + 2.0 * sg.sum(mid * mid)
         return [loss, sg.grad(loss, x0)], [x0]
 
     rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
-    assert "scan" in ops_of(fn)
     np.testing.assert_allclose(rolled[0], plain[0], rtol=1e-14)
     np.testing.assert_allclose(rolled[1], plain[1], rtol=1e-12)
 
 
 def test_a_gradient_asked_for_inside_a_chain_is_the_unrolled_one(small, monkeypatch):
     def build():
-        x0 = sg.placeholder((3,), name="x0")
-        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        x0, c, d = start(requires_grad=False)
         mid = chain(x0, c, d, 20)
         loss = sg.sum(chain(mid, c, d, 20))
         return [loss, sg.grad(loss, mid)], [x0]
 
     rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
-    assert "scan" in ops_of(fn)
     assert np.all(rolled[1] != 0)
     np.testing.assert_allclose(rolled[1], plain[1], rtol=1e-12)
 
@@ -142,8 +149,7 @@ def test_two_chains_built_in_one_loop_roll_into_one_scan_with_two_carries(small,
 
     rolled, plain, fn = run_both(build, [rand(2), rand(2)], monkeypatch)
     assert ops_of(fn)["scan"] == 2
-    for a, b in zip(rolled, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+    all_close(rolled, plain, 1e-12)
 
 
 def test_training_updates_through_a_rolled_chain(small, monkeypatch):
@@ -207,15 +213,12 @@ def test_a_value_of_the_last_copy_that_no_copy_carries_comes_out_as_a_carry_of_i
     scans = [t for t in ancestors([loss]).values() if t.op == "scan"]
     assert [t.attrs["n_carry"] for t in scans] == [2]
     rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
-    assert "scan" in ops_of(fn)
-    for a, b in zip(rolled, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-13)
+    all_close(rolled, plain, 1e-13)
 
 
 def test_two_stretches_one_after_the_other_become_two_loops_and_nothing_stays_unrolled(small, monkeypatch):
     def build():
-        x0 = sg.placeholder((3,), name="x0", requires_grad=True)
-        c, d = sg.constant(np.full(3, 0.9)), sg.constant(np.full(3, 0.1))
+        x0, c, d = start()
         x = chain(x0, c, d, 30)
         bridge = x * 2.0                    # (between the two: read by the second's first copy)
         for _ in range(60):                 # (the first 21 read the bridge less than 64 nodes back)
@@ -225,5 +228,4 @@ def test_two_stretches_one_after_the_other_become_two_loops_and_nothing_stays_un
 
     rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
     assert ops_of(fn)["scan"] == 4 and ops_of(fn).get("tanh", 0) + ops_of(fn).get("sin", 0) < 6, ops_of(fn)
-    for a, b in zip(rolled, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-13)
+    all_close(rolled, plain, 1e-13)
