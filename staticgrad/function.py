@@ -11,6 +11,7 @@ import numpy as np
 
 from .feeds import Feeds, check_feed
 from .graph import Graph
+from .loops.reroll import is_rolled
 from .lower import Backend, Program, as_backend, build_program, failed_node
 from .lower.interpret import StepProgram
 from .lower.standalone import module_source
@@ -393,6 +394,9 @@ class Function:
         """What each pass did (``.rows``), plus the plans built so far and the memory of the latest one."""
         summary = {"nodes": len(self.ir.nodes), "ops": dict(sorted(self.ir.op_counts().items())),
                    "plans": len(self._plans), "backend": self.backend.name}
+        rolled = sum(1 for n in self.ir.nodes.values() if n.op == "scan" and is_rolled(n.attrs["body"]))
+        if rolled:
+            summary["rolled_loops"] = rolled       # (loops.reroll: stretches of a huge graph held as scans)
         last = self._last
         if last is not None:
             summary["program"] = last.kind if last.kind == "scalar" else self.backend.name

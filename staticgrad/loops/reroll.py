@@ -33,6 +33,12 @@ MIN_NODES = 200_000     # op nodes a graph holds before rolling is tried
 MIN_STEPS = 1_000       # copies a stretch needs to be rolled
 MAX_PERIOD = 64         # the most op nodes a copy may hold
 _SMALL = 16             # constants of at most this many elements are told apart by value
+TITLE = "rolled stretch of {} ops"      # a rolled loop's body's name (fn.report() counts them by it)
+
+
+def is_rolled(body) -> bool:
+    """Whether a loop's ``body`` is a rolled stretch's (see above)."""
+    return body.name.startswith(TITLE.split("{")[0])
 
 
 def roll(tensors, found, keep=()):
@@ -271,5 +277,5 @@ def _scan(template, reads, slots, init, steps):
     with building(role="forward", source=template[0].source):
         final, _ = scan(step, tuple(init), length=steps)
     # (pictures and the generated source title the loop by its body: say it is the graph's own stretch)
-    final[0].inputs[0].attrs["body"].name = f"rolled stretch of {len(template)} ops"
+    final[0].inputs[0].attrs["body"].name = TITLE.format(len(template))
     return final

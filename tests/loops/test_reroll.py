@@ -195,6 +195,8 @@ def test_the_loop_keeps_the_users_line_and_says_it_was_rolled(small):
     fn = sg.compile(outs, inputs=inputs)
     scans = [n for n in fn.ir.nodes.values() if n.op == "scan"]
     assert any(n.attrs["body"].name == "rolled stretch of 3 ops" for n in scans)
+    assert fn.report().summary["rolled_loops"] == 1
+    assert "rolled_loops" not in sg.compile(sg.sum(rand(3) * sg.placeholder((3,)))).report().summary
     assert all("test_reroll.py" in n.source for n in scans)
 
 
