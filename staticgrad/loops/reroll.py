@@ -12,10 +12,12 @@ What is recognised, in creation order: at least ``MIN_STEPS`` copies of a stretc
 itself, the copy before it (its carries) and values made before the stretch or constants equal in every
 copy (weights: read every step). Values of the last copy that later nodes read come out as the scan's
 final carries; a stretch that a later node reads in the middle is cut short there. Never rolled: random
-draws, ops with state (a batch norm's statistics), loops, eager tensors, and the tensors a gradient is
-asked for or a function outputs (so they stay values of the graph). Forward values come from the same ops
-in the same order (the same bits); the gradient of a value read every step is summed in the reverse
-loop's order.
+draws, ops with state (a batch norm's statistics), loops, eager tensors, a function's outputs (they stay
+values of the graph), and a tensor a gradient is asked for with all it reads (it must stay the tensor it
+is). Copies are told apart by signatures (op, attributes, dtype, shape, and each input by its distance
+back when it is read only close by, by value when it is a small constant, else by identity), compared
+shifted by 1 to ``MAX_PERIOD`` with numpy. Forward values come from the same ops in the same order (the
+same bits); the gradient of a value read every step is summed in the reverse loop's order.
 """
 from __future__ import annotations
 
