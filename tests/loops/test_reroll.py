@@ -1,5 +1,7 @@
 """Rolling huge repeated stretches into scans (staticgrad/loops/reroll.py), tried at small sizes: the
 thresholds are lowered for each test, and every result is compared with the same graph left unrolled."""
+import os
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,8 @@ from staticgrad.testing import check_grads
 
 R = np.random.default_rng(11)
 STEPS = 40
+# Random cells tried (a longer run by hand: STATICGRAD_REROLL_SEEDS=300, all passed on 2026-12-03)
+SEEDS = int(os.environ.get("STATICGRAD_REROLL_SEEDS", 12))
 
 
 @pytest.fixture
@@ -231,3 +235,43 @@ def test_two_stretches_one_after_the_other_become_two_loops_and_nothing_stays_un
     rolled, plain, fn = run_both(build, [rand(3)], monkeypatch)
     assert ops_of(fn)["scan"] == 4 and ops_of(fn).get("tanh", 0) + ops_of(fn).get("sin", 0) < 6, ops_of(fn)
     all_close(rolled, plain, 1e-13)
+
+
+def random_cell(rng, width):
+    """A step over ``width`` state values, the same ops every copy, drawn once by ``rng``: each new value
+    mixes two old ones (or a fresh intermediate) by a random op, scales by a weight, and squashes."""
+    picks = [(int(rng.integers(width)), int(rng.integers(width)), str(rng.choice(["add", "mul", "sub", "max"])),
+              str(rng.choice(["tanh", "sin", "none"])), float(rng.uniform(0.3, 0.9))) for _ in range(width)]
+
+    def cell(state, weights):
+        new = []
+        for (a, b, op, squash, scale), w in zip(picks, weights):
+            x, y = state[a], (new[-1] if new and b % 2 else state[b])
+            mixed = {"add": x + y, "mul": x * y, "sub": x - y, "max": sg.maximum(x, y)}[op]
+            out = mixed * w * scale
+            new.append(out if squash == "none" else getattr(sg, squash)(out))
+        return new
+    return cell
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_random_cells_roll_to_the_values_and_gradients_of_the_unrolled_graph(small, monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    width, steps, read_mid = int(rng.integers(1, 4)), int(rng.integers(30, 50)), bool(rng.integers(2))
+    cell = random_cell(rng, width)
+    starts = [rand(2) for _ in range(width)]
+    weights = [0.5 + rand(2) for _ in range(width)]
+
+    def build():
+        xs = [sg.placeholder((2,), name=f"x{k}", requires_grad=True) for k in range(width)]
+        ws = [sg.parameter(w, name=f"w{k}") for k, w in enumerate(weights)]
+        state, seen = list(xs), []
+        for step in range(steps):
+            state = cell(state, ws)
+            if step == steps // 2:
+                seen = state[:1] if read_mid else []
+        loss = sum(sg.sum(s * s) for s in state + seen)
+        return [loss] + sg.grad(loss, xs + ws), xs
+
+    rolled, plain, _ = run_both(build, starts, monkeypatch)
+    all_close(rolled, plain, 1e-11)
