@@ -12,7 +12,7 @@ own: the process prints one line per stage as it finishes (seconds on both clock
 then a result line. The parent prints the table and writes JSON. At the end the outputs are compared
 with a plain numpy loop doing the same sweep by hand (values and the three gradients).
 
-Graphs of 200,000 op nodes and more are rolled (``staticgrad.loops.reroll``): the repeated cycle is held
+Graphs of 200,000 forward op nodes and more are rolled (``staticgrad.loops.reroll``): the repeated cycle is held
 as one scan. ``--unrolled`` turns that off, to measure straight-line code at any size.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks.huge

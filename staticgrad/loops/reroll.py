@@ -4,7 +4,7 @@ A Python ``for`` that builds ``x = tanh(x * c + d)`` a million times makes a mil
 of straight-line code costs tens of microseconds once (differentiating, the passes, lowering, the step
 list), a minute or more at that size. Recognised as one stretch of ops copied again and again, the graph
 is held as a ``scan`` over one copy: those costs are paid for the copy, and the loop runs it step by step
-(a slower call than straight-line code, which is why graphs under ``MIN_NODES`` op nodes are left as
+(a slower call than straight-line code, which is why graphs under ``MIN_NODES`` forward op nodes are left as
 they are). ``sg.grad`` and ``sg.compile`` roll a graph before they work on it.
 
 What is recognised, in creation order: at least ``MIN_STEPS`` copies of a stretch of at most
@@ -31,7 +31,7 @@ from ..tensor import NO_ATTRS, building
 from .body import copy_tensor
 from .scan import scan
 
-MIN_NODES = 200_000     # op nodes a graph holds before rolling is tried
+MIN_NODES = 200_000     # forward op nodes a graph holds before rolling is tried
 MIN_STEPS = 1_000       # copies a stretch needs to be rolled
 MAX_PERIOD = 64         # the most op nodes a copy may hold
 _SMALL = 16             # constants of at most this many elements are told apart by value
@@ -55,11 +55,9 @@ def roll(tensors, found, keep=()):
     twin = {} if frozen else _remembered(found, pinned)
     if twin:
         tensors, found = _rebuilt(tensors, found, twin)
-    if len(found) < MIN_NODES:
+    if len(found) < MIN_NODES or _forward_ops(found) < MIN_NODES:
         return tensors, found
     ops = sorted((t for t in found.values() if t.inputs), key=_id)
-    if len(ops) < MIN_NODES:
-        return tensors, found
     index = {t.id: i for i, t in enumerate(ops)}
     last_reader = _last_readers(ops, index)
     codes = _signatures(ops, index, last_reader, pinned)
@@ -74,6 +72,16 @@ def roll(tensors, found, keep=()):
 
 def _id(t):
     return t.id
+
+
+def _forward_ops(found) -> int:
+    """The forward op nodes among ``found``: what the line is drawn on, so that compile, given a graph and
+    the gradients sg.grad did not roll (its forward under the line), does not look again for nothing."""
+    n = 0
+    for t in found.values():
+        if t.inputs and t.role == "forward":
+            n += 1
+    return n
 
 
 def _remembered(found, pinned):

@@ -84,6 +84,17 @@ def test_below_the_thresholds_nothing_changes():
     assert "scan" not in ops_of(sg.compile(outs, inputs=inputs))
 
 
+def test_the_line_is_drawn_on_forward_nodes_so_compile_leaves_an_unrolled_gradient_alone(monkeypatch):
+    monkeypatch.setattr(reroll, "MIN_STEPS", 10)
+    monkeypatch.setattr(reroll, "MIN_NODES", 3 * STEPS + 10)      # above the forward chain, below it with grads
+    outs, inputs = tanh_chain_and_grads()
+    assert sum(1 for t in ancestors(outs).values() if t.inputs) > reroll.MIN_NODES
+    searched = []
+    monkeypatch.setattr(reroll, "_signatures", lambda *args: searched.append(1))
+    assert "scan" not in ops_of(sg.compile(outs, inputs=inputs))
+    assert not searched          # (the search would cost about a second at 300,000 nodes, and find nothing)
+
+
 def test_gradients_through_a_rolled_chain_match_finite_differences_to_second_order(small):
     check_grads(lambda x, c, d: chain(x, c, d, 30), [rand(3), 0.5 + rand(3), rand(3)], order=2)
 
