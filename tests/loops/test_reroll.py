@@ -92,7 +92,7 @@ def test_the_line_is_drawn_on_forward_nodes_so_compile_leaves_an_unrolled_gradie
     searched = []
     monkeypatch.setattr(reroll, "_signatures", lambda *args: searched.append(1))
     assert "scan" not in ops_of(sg.compile(outs, inputs=inputs))
-    assert not searched          # (the search would cost about a second at 300,000 nodes, and find nothing)
+    assert not searched      # (the 100,000-op chain with its gradients: 2.6 s of search at 370,000 nodes, for nothing)
 
 
 def test_gradients_through_a_rolled_chain_match_finite_differences_to_second_order(small):
