@@ -43,8 +43,7 @@ def fused_program(graph, order, params, inputs, shapes, writer=None, in_loop=Fal
     memory, placed = _plan(graph, order, shapes, chosen, interpreted)
     fused = [(RegionKernel(graph, r, shapes, *placed[id(r)]), r) for r in chosen]
     if interpreted:
-        templates = {id(r): {fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes}
-                     for r in interpreted}
+        templates = {id(r): templates_of(graph, r, shapes) for r in interpreted}
         machine = interpreter(frozenset().union(*templates.values()))
         fused += [(Kernel(fuse.lower(graph, r, shapes, machine.opcode), machine.run), r) for r in interpreted]
     program = generate(graph, order, params, inputs, memory, fused=fused, writer=writer)
@@ -56,21 +55,21 @@ def _choose(graph, regions, order, shapes, own, in_loop):
     """(regions for a loop of their own, regions for the interpreter, the order): a region too long for
     a loop of its own, or one the interpreter runs faster, is found again as the interpreter's regions
     (operands of its shape or scalars only), each fused where that gains."""
-    nodes = graph.nodes
     chosen, interpreted, reordered = [], [], {}
     for r in regions:
         if not r.outputs:
             continue
-        if own and weight(graph, r, shapes) <= MAX_WEIGHT and own_loop_gains(graph, r, shapes) and (
-                in_loop or pays_once(graph, r, shapes)):
+        used = templates_of(graph, r, shapes)
+        if own and weight(graph, r, shapes) <= MAX_WEIGHT and own_loop_gains(r, used) and (
+                in_loop or pays_once(graph, r, shapes, used)):
             chosen.append(r)
             continue
         parts = [r]
         if own and len(r.nodes) >= 2:
             parts, reordered[r.nodes[0]] = fuse.find_regions(graph, r.nodes, shapes)
         for part in parts:
-            used = {fuse.template(nodes, shapes, nodes[i]) for i in part.nodes}
-            if len(part.nodes) >= 2 and part.outputs and worth_fusing(part, shapes, used):
+            if len(part.nodes) >= 2 and part.outputs and worth_fusing(part, shapes,
+                                                                      templates_of(graph, part, shapes)):
                 interpreted.append(part)
     if reordered:           # (each region's nodes are consecutive: its new order takes their places)
         skip, new_order = 0, []
@@ -86,39 +85,41 @@ def _choose(graph, regions, order, shapes, own, in_loop):
     return chosen, interpreted, order
 
 
+def templates_of(graph, region, shapes) -> set:
+    """The per-element templates of a region's nodes (``fuse.template``)."""
+    nodes = graph.nodes
+    return {fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
+
+
 def weight(graph, region, shapes) -> int:
     """What compiling a region's own loop costs, in nodes: a polynomial weighs as much as 16 arithmetic
     nodes (CPU time cold, after numba's own setup: 0.15 s for 24 nodes of arithmetic, 0.8 s for 4 tanh
     and 8 nodes beside them: each tanh's polynomial is inlined and typed again)."""
-    nodes = graph.nodes
+    nodes = graph.nodes         # (per node: four tanh weigh four times one)
     polynomials = sum(fuse.template(nodes, shapes, nodes[i]) in region_source.POLYNOMIAL for i in region.nodes)
     return len(region.nodes) + POLYNOMIAL_WEIGHT * polynomials
 
 
-def own_loop_gains(graph, region, shapes) -> bool:
+def own_loop_gains(region, templates) -> bool:
     """Whether a region's own loop beats numpy's calls (and the interpreter): two nodes or more (one pass
     and one call for all), or a tanh (its polynomial against libm's call). sin and cos only over a few
     numbers: in one loop with the other ops their polynomials do not vectorize, the interpreter's
     blocks do (twice as fast from 8,192 numbers on)."""
-    nodes = graph.nodes
-    templates = {fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
     if region_source.rereads(templates) and math.prod(region.shape) > FEW:
         return False
     return len(region.nodes) >= 2 or any(t in region_source.POLYNOMIAL for t in templates)
 
 
-def pays_once(graph, region, shapes) -> bool:
+def pays_once(graph, region, shapes, templates) -> bool:
     """Whether a region of a plan that runs once a call (not a loop's body, run step after step) is worth
     a loop of its own, compiled once per process (0.1-0.2 s cold, then loaded from disk): where the interpreter
     would fuse it, or where it saves hundreds of µs a call, two nodes or more of float64 over LARGE numbers
     or more (one pass over memory instead of one per node: 2.4-3.6x numpy's calls over a million numbers).
     Over float32 numpy's calls are as fast (a step of B, the MLP, or of V1, the CNN, gains nothing)."""
-    nodes = graph.nodes
-    templates = {fuse.template(nodes, shapes, nodes[i]) for i in region.nodes}
     if worth_fusing(region, shapes, templates):
         return True
     return len(region.nodes) >= 2 and math.prod(region.shape) >= LARGE and all(
-        nodes[i].dtype == np.float64 for i in region.nodes)
+        graph.nodes[i].dtype == np.float64 for i in region.nodes)
 
 
 def _plan(graph, order, shapes, chosen, interpreted):
@@ -147,7 +148,7 @@ def _plan(graph, order, shapes, chosen, interpreted):
     placed = {}
     for r in chosen:
         own, over = {}, {}
-        twice = region_source.rereads({fuse.template(graph.nodes, shapes, graph.nodes[i]) for i in r.nodes})
+        twice = region_source.rereads(templates_of(graph, r, shapes))
         for o in r.outputs:
             slot = memory.slot.get(o)
             shared = [k for k, j in enumerate(r.inputs) if memory.slot.get(base[j]) == slot] if slot is not None else []
