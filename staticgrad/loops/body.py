@@ -135,9 +135,11 @@ def clone(order, new, outputs):
 
 
 def copy_tensor(t, inputs):
-    """``t``'s op applied to ``inputs``, with ``t``'s name, line, role, scope and provenance."""
+    """``t``'s op applied to ``inputs``, with ``t``'s name, line, role, scope, provenance and annotations
+    (``meta``, shared: a batch norm's updates, a gradient's sweep stay with the value it stands for)."""
     c = apply(t.op, inputs, t.attrs, source=t.source)
     c.name, c.role, c.scope, c.adjoint_of, c.rule = t.name, t.role, t.scope, t.adjoint_of, t.rule
+    c.meta = t.meta
     return c
 
 

@@ -28,7 +28,7 @@ from ..effects import has_updates
 from ..graph import ancestors
 from ..ops.registry import REGISTRY, as_tensor
 from ..tensor import NO_ATTRS, building
-from .body import copy_tensor
+from .body import clone, copy_tensor
 from .scan import scan
 
 MIN_NODES = 200_000     # forward op nodes a graph holds before rolling is tried
@@ -63,7 +63,7 @@ def roll(tensors, found, keep=()):
     codes = _signatures(ops, index, last_reader, pinned)
     twin, done = {}, 0
     for start, period, steps in _periodic(codes):
-        _carry_over(ops[done:start], twin)      # (what this stretch reads may read an earlier one)
+        clone(ops[done:start], twin, ())        # (what this stretch reads may read an earlier one)
         done = _rolled(ops, index, last_reader, (start, period, steps), twin)
     if not twin:
         return tensors, found
@@ -100,20 +100,8 @@ def _remembered(found, pinned):
 def _rebuilt(tensors, found, twin):
     """``tensors`` and their ancestors with the tensors of ``twin`` ({id: tensor}) in place of those ids."""
     first = min(twin)
-    _carry_over([found[i] for i in sorted(found) if i > first], twin)   # (readers come after what they read)
-    tensors = [twin.get(t.id, t) for t in tensors]
+    tensors = clone([found[i] for i in sorted(found) if i > first], twin, tensors)   # (readers come later)
     return tensors, ancestors(tensors)
-
-
-def _carry_over(order, twin):
-    """Add to ``twin`` each tensor of ``order`` (inputs first) rebuilt on the inputs ``twin`` replaces."""
-    for t in order:
-        if t.id in twin:
-            continue
-        inputs = tuple(twin.get(x.id, x) for x in t.inputs)
-        if any(a is not b for a, b in zip(inputs, t.inputs)):
-            twin[t.id] = copy_tensor(t, inputs)
-            twin[t.id].meta = t.meta      # (a batch norm's updates, a gradient's sweep: still this value's)
 
 
 # ------------------------------------------------------------------ finding the stretches

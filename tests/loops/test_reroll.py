@@ -286,3 +286,24 @@ def test_random_cells_roll_to_the_values_and_gradients_of_the_unrolled_graph(sma
 
     rolled, plain, _ = run_both(build, starts, monkeypatch)
     all_close(rolled, plain, 1e-11)
+
+
+def test_a_batch_norm_after_a_rolled_stretch_still_moves_its_running_statistics(small, monkeypatch):
+    def build():
+        x0 = sg.placeholder((4, 2), name="x0")
+        mean = sg.parameter(np.zeros(2), name="mean", requires_grad=False)
+        var = sg.parameter(np.ones(2), name="var", requires_grad=False)
+        x = chain(x0, 0.9, 0.1)
+        return [sg.sum(sg.batch_norm(x, mean, var, training=True))], [x0], mean
+
+    x = np.linspace(-0.5, 0.5, 8).reshape(4, 2)
+    means = []
+    for limit in (50, 10**9):
+        monkeypatch.setattr(reroll, "MIN_NODES", limit)
+        outs, inputs, mean = build()
+        fn = sg.compile(outs, inputs=inputs)
+        assert ("scan" in ops_of(fn)) == (limit == 50)
+        fn(x)
+        means.append(mean.value.copy())
+    assert np.any(means[0] != 0)
+    all_close(means[0:1], means[1:2], 1e-13)
